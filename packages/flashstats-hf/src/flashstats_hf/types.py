@@ -1,0 +1,46 @@
+"""Typed results of one recorded teacher-forced forward (the contract with halluprobe).
+
+Shapes: ``B`` examples, ``NL`` scored layers, ``Hq`` query heads, ``A`` answer tokens (the longest
+answer in the batch; shorter answers are padded and masked by ``answer_mask``), ``L`` sequence length
+(padded), ``S`` sink positions, ``V`` logit statistics, ``NH`` hidden layers, ``Dm`` model width.
+Answer token ``a`` of example ``b`` is the ``a``-th token of that example's answer (left-aligned on
+the ``A`` axis whatever the padding of the input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
+
+
+@dataclass
+class ForwardStats:
+    """Statistics of the answer tokens of a batch, from one forward."""
+
+    layers: tuple[int, ...]
+    """Indices of the scored layers, in the order of the ``NL`` axis."""
+    answer_mask: torch.Tensor
+    """``[B, A] bool``: True where answer token ``a`` exists for example ``b``."""
+    answer_len: torch.Tensor
+    """``[B] int64``: number of answer tokens of each example."""
+    prompt_len: torch.Tensor
+    """``[B] int64``: number of real (non-padding) tokens before the answer."""
+    key_mask: torch.Tensor
+    """``[B, L] bool``: True on real tokens of the padded input (columns are indexed by these keys)."""
+    rows: RowStats | None = None
+    """T1 per answer token; each field ``[B, NL, Hq, A] float32``."""
+    lookups: LookupStats | None = None
+    """T2 per answer token: ``diag_log``/``prev_weight`` ``[B, NL, Hq, A]``, ``sink_weights``
+    ``[B, NL, Hq, A, S]`` (float32)."""
+    columns: ColumnStats | None = None
+    """T3 over answer rows: ``sum``/``mean`` ``[B, NL, Hq, L] float32`` indexed by padded key position."""
+    logit_stats: torch.Tensor | None = None
+    """``[B, A, V] float32``: next-token statistics at the position predicting each answer token."""
+    logit_stat_names: tuple[str, ...] = ()
+    """Names of the ``V`` logit statistics, in order."""
+    hidden_layers: tuple[int, ...] = ()
+    """Indices of the layers whose hidden states are kept (0 = embeddings, i = output of block i)."""
+    hidden: torch.Tensor | None = None
+    """``[B, NH, A, Dm] float32``: hidden states at answer tokens."""
