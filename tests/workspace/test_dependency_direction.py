@@ -1,0 +1,88 @@
+"""The packages depend on each other one way: kernels <- hf <- halluprobe; data and judges never reach the kernels.
+
+The check reads every module's imports with ``ast`` (nothing is imported), so it also catches imports inside
+functions. A synthetic tree checks that the checker itself reports a violation.
+"""
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FIRST_PARTY = {"flashstats_kernels", "flashstats_hf", "halluprobe", "halujudge", "halubench_data"}
+# module -> first-party modules it may import (itself always allowed)
+ALLOWED = {
+    "flashstats_kernels": set(),
+    "flashstats_hf": {"flashstats_kernels"},
+    "halluprobe": {"flashstats_hf", "flashstats_kernels", "halubench_data"},
+    "halujudge": {"halubench_data"},
+    "halubench_data": set(),
+}
+# third-party roots the kernels package may import: torch and triton only (numpy if ever needed)
+KERNEL_THIRD_PARTY = {"torch", "triton", "numpy"}
+DIST = {
+    "flashstats_kernels": "flashstats-kernels",
+    "flashstats_hf": "flashstats-hf",
+    "halluprobe": "halluprobe",
+    "halujudge": "halujudge",
+    "halubench_data": "halubench-data",
+}
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def violations(src_root: Path, module: str) -> list[str]:
+    found = []
+    for path in sorted((src_root / module).rglob("*.py")):
+        roots = imported_roots(path)
+        for bad in sorted((roots & FIRST_PARTY) - ALLOWED[module] - {module}):
+            found.append(f"{path.relative_to(src_root)} imports {bad}")
+        if module == "flashstats_kernels":
+            third = roots - FIRST_PARTY - set(sys.stdlib_module_names) - {"__future__"}
+            for bad in sorted(third - KERNEL_THIRD_PARTY):
+                found.append(f"{path.relative_to(src_root)} imports third-party {bad}")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(ALLOWED))
+def test_imports_point_one_way(module):
+    src = ROOT / "packages" / DIST[module] / "src"
+    assert (src / module / "__init__.py").exists()
+    assert violations(src, module) == []
+
+
+@pytest.mark.parametrize("module", sorted(ALLOWED))
+def test_declared_sibling_dependencies_point_one_way(module):
+    meta = tomllib.loads((ROOT / "packages" / DIST[module] / "pyproject.toml").read_text())
+    deps = {d.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+            for d in meta["project"]["dependencies"]}
+    siblings = {m for m, dist in DIST.items() if dist in deps}
+    assert siblings <= ALLOWED[module], f"{DIST[module]} declares {siblings - ALLOWED[module]}"
+
+
+def test_checker_reports_a_backward_import(tmp_path):
+    pkg = tmp_path / "halubench_data"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "leak.py").write_text("def f():\n    from flashstats_kernels import types\n    return types\n")
+    assert violations(tmp_path, "halubench_data") == ["halubench_data/leak.py imports flashstats_kernels"]
+
+
+def test_checker_reports_a_kernel_third_party_import(tmp_path):
+    pkg = tmp_path / "flashstats_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\nimport torch\nimport transformers\n")
+    assert violations(tmp_path, "flashstats_kernels") == ["flashstats_kernels/__init__.py imports third-party transformers"]
