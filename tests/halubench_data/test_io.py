@@ -165,7 +165,7 @@ def test_example_validates():
         _ex(0, label=3)
     with pytest.raises(ValueError, match="split"):
         _ex(0, split="dev")
-    with pytest.raises(ValueError, match="outside the answer"):
+    with pytest.raises(ValueError, match="lies outside the"):
         Example("i", "s", "c", "q", "ab", 1, "g", spans=(Span(0, 5),))
     with pytest.raises(ValueError, match="start < end"):
         Span(3, 3)
