@@ -1,0 +1,154 @@
+"""T3 column sums and means in Triton: a key-major pass modelled on the FlashAttention-2 dV loop.
+
+One program owns a tile of ``BLOCK_N`` keys of one (batch, query head) pair, keeps it resident, and
+streams the response query tiles that can see it, re-scoring ``p_ij = exp(s_ij - lse_i)`` from Q, K
+and the stored LSE. It writes its column sums once, without atomics, in a fixed order: the results
+are bitwise identical across runs. Only *counted* rows contribute (``SEMANTICS.md``): the row's
+position is at or after ``prompt_len[b]``, its own token is real, and it sees at least one key.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from flashstats_kernels.ops.forward.fused import _mma_cast, _scores_log2, interpreting, launch_geometry
+from flashstats_kernels.types import ColumnStats
+
+
+@triton.jit
+def _col_tile(
+    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale, softcap, window,
+    b_sum, b_cnt,
+    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Add the weights of one response query tile to the column accumulators of the key tile."""
+    o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
+    m_m = o_m < R
+    pos_q = L - R + o_m  # [BM]
+    p_qt = p_q0 + o_m[None, :] * sqm + o_d[:, None] * sqd
+    b_qt = _mma_cast(tl.load(p_qt, mask=m_m[None, :] & m_d[:, None], other=0.0), MMA)  # [BD, BM]
+    b_lse2 = tl.load(Lse_bh + o_m, mask=m_m, other=float("-inf")) * 1.4426950408889634  # [BM]
+    counted = m_m & (pos_q >= plen) & (b_lse2 > float("-inf"))
+    if HAS_MASK:
+        counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
+    b_s = _scores_log2(tl.dot(b_k, b_qt, input_precision="ieee"), scale, softcap, HAS_SOFTCAP)  # [BN, BM]
+    vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
+    if HAS_WINDOW:
+        vis = vis & (o_n[:, None] > pos_q[None, :] - window)
+    b_p = tl.exp2(tl.where(vis, b_s - b_lse2[None, :], float("-inf")))  # [BN, BM]
+    return b_sum + tl.sum(b_p, 1), b_cnt + tl.sum(vis.to(tl.int32), 1)
+
+
+@triton.jit
+def _columns_kernel(
+    Q, K, Lse, Sum, Mean, KeyMask, PromptLen,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb,
+    Hq, R, L, D, scale, softcap, window,
+    GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    MMA: tl.constexpr, WHILE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    i_n = tl.program_id(0)
+    i_bh = tl.program_id(1).to(tl.int64)
+    i_b = i_bh // Hq
+    i_h = i_bh % Hq
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    o_d = tl.arange(0, BLOCK_D)  # [BD]
+    m_n = o_n < L
+    m_d = o_d < D
+    p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
+    b_k = _mma_cast(tl.load(p_k, mask=m_n[:, None] & m_d[None, :], other=0.0), MMA)  # [BN, BD]
+    p_km = KeyMask + i_b * smb
+    keep_k = m_n
+    if HAS_MASK:
+        keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
+    p_q0 = Q + i_b * sqb + i_h * sqh
+    Lse_bh = Lse + i_bh * R
+    plen = tl.load(PromptLen + i_b)
+
+    # rows that can count and see a key of this tile: p_i >= max(prompt_len, first key), and, with a
+    # window, p_i - window < last key
+    lo = tl.maximum(tl.maximum(plen, i_n * BLOCK_N) - (L - R), 0) // BLOCK_M * BLOCK_M
+    hi = R
+    if HAS_WINDOW:
+        hi = tl.minimum(tl.maximum(i_n * BLOCK_N + BLOCK_N - 1 + window - (L - R), 0), R)
+    b_sum = tl.zeros([BLOCK_N], tl.float32)
+    b_cnt = tl.zeros([BLOCK_N], tl.int32)
+    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
+        start_m = lo
+        while start_m < hi:
+            b_sum, b_cnt = _col_tile(
+                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale,
+                softcap, window, b_sum, b_cnt, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
+            )  # fmt: skip
+            start_m += BLOCK_M
+    else:
+        for start_m in range(lo, hi, BLOCK_M):
+            b_sum, b_cnt = _col_tile(
+                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale,
+                softcap, window, b_sum, b_cnt, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
+            )  # fmt: skip
+    o_col = i_bh * L + o_n  # [BN] offsets into [B, Hq, L]
+    tl.store(Sum + o_col, b_sum, mask=m_n)
+    b_mean = b_sum / tl.maximum(b_cnt, 1).to(tl.float32)
+    tl.store(Mean + o_col, tl.where(b_cnt > 0, b_mean, 0.0), mask=m_n)
+
+
+def columns_config(dtype: torch.dtype, block_d: int) -> dict[str, int]:
+    """Tile sizes and launch options of the key-major kernel (one fixed config per dtype and head dim)."""
+    if interpreting():
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    if dtype == torch.float32 or block_d > 128:
+        return {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+
+
+def columns_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    *,
+    key_mask: torch.Tensor | None,
+    prompt_len: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+) -> ColumnStats:
+    """T3 column sums and means over the counted response rows, re-scored from Q, K and a stored LSE.
+
+    Args:
+        q: [B, Hq, R, D] bf16/fp16/fp8-e5m2/fp32. Queries of the last ``R`` positions; any strides.
+        k: [B, Hkv, L, D] same dtype. Keys; any strides.
+        lse: [B, Hq, R] float32. Natural-log LSE written by a forward (``-inf`` on rows without keys).
+        key_mask: [B, L] bool or None. True marks a real token.
+        prompt_len: [B] int64 on the device of ``q``. Rows at ``p_i < prompt_len[b]`` do not count.
+        scale: score scale.
+        softcap: ``c`` of ``c * tanh(s / c)``, or None.
+        window: sliding window, or None.
+
+    Returns:
+        :class:`ColumnStats`: sum and mean, [B, Hq, L] float32 each; bitwise deterministic.
+
+    Shape:
+        q: [B, Hq, R, D]; k: [B, Hkv, L, D]; lse: [B, Hq, R]; sum, mean: [B, Hq, L].
+    """
+    g = launch_geometry(q, k, key_mask, softcap, window)
+    col_sum = torch.empty(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
+    col_mean = torch.empty(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
+    if col_sum.numel() > 0:
+        cfg = columns_config(q.dtype, g.block_d)
+        grid = (triton.cdiv(g.L, cfg["BLOCK_N"]), g.B * g.Hq)
+        _columns_kernel[grid](
+            q, k, lse.contiguous(), col_sum, col_mean, g.key_mask, prompt_len.contiguous(),
+            *q.stride(), *k.stride(), g.mask_stride,
+            g.Hq, g.R, g.L, g.D, float(scale), g.softcap, g.window,
+            GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
+            MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **cfg,
+        )  # fmt: skip
+    return ColumnStats(sum=col_sum, mean=col_mean)
+
+
+__all__ = ["columns_triton"]
