@@ -1,5 +1,6 @@
 """Attention statistics inside FlashAttention-style kernels, without materialising the attention matrix."""
 
+from flashstats_kernels.api import response_attention, response_columns, response_lookups
 from flashstats_kernels.naive import naive_response_attention
 from flashstats_kernels.types import AttentionResult, ColumnStats, LookupStats, RowStats, StatsRequest
 
@@ -12,4 +13,7 @@ __all__ = [
     "RowStats",
     "StatsRequest",
     "naive_response_attention",
+    "response_attention",
+    "response_columns",
+    "response_lookups",
 ]
