@@ -36,23 +36,23 @@ def _tile_forward(
     m = s.amax(-1, keepdim=True)  # [B, Hkv, G, C, 1]
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m)  # 0 where not visible
-    l = e.sum(-1)  # [B, Hkv, G, C]
-    seen = l > 0
-    inv_l = torch.where(seen, 1.0 / torch.where(seen, l, 1.0), 0.0)
-    lse = torch.where(seen, m[..., 0] + torch.log(torch.where(seen, l, 1.0)), float("-inf"))
+    norm = e.sum(-1)  # [B, Hkv, G, C]
+    seen = norm > 0
+    inv_l = torch.where(seen, 1.0 / torch.where(seen, norm, 1.0), 0.0)
+    lse = torch.where(seen, m[..., 0] + torch.log(torch.where(seen, norm, 1.0)), float("-inf"))
     p = e * inv_l[..., None]
     out = torch.matmul(p, vt)  # [B, Hkv, G, C, D]
     if not rows:
         return out, lse
-    # H = log l + sum_j p_j (m - s_j): both terms are >= 0, so nothing cancels.
+    # H = log norm + sum_j p_j (m - s_j): both terms are >= 0, so nothing cancels.
     gap = torch.where(vis, m - s, torch.zeros_like(s))
-    entropy = torch.where(seen, torch.log(torch.where(seen, l, 1.0)) + (p * gap).sum(-1), 0.0)
+    entropy = torch.where(seen, torch.log(torch.where(seen, norm, 1.0)) + (p * gap).sum(-1), 0.0)
     n = vis.sum(-1).to(s.dtype)  # [B, 1, 1, C]
     many = n > 1
     normalized = torch.where(many, entropy / torch.log(torch.where(many, n, 2.0)), 0.0)
     prompt_mass = (p * is_prompt).sum(-1)
     sum_sq = (e * e).sum(-1)
-    effective = torch.where(seen, l * l / torch.where(seen, sum_sq, 1.0), 0.0)
+    effective = torch.where(seen, norm * norm / torch.where(seen, sum_sq, 1.0), 0.0)
     return out, lse, entropy, normalized, prompt_mass, inv_l, effective
 
 
