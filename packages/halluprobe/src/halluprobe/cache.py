@@ -1,0 +1,162 @@
+"""A resumable cache of :class:`~halluprobe.records.ExampleRecord` shards (safetensors + JSON index).
+
+Layout of a cache folder::
+
+    index.json            # format version, the extraction settings, and the list of shards
+    shard-00000.safetensors
+    shard-00001.safetensors
+    ...
+
+Every file is written to a temporary name in the same folder and renamed into place, so a run killed
+at any moment leaves either the old or the new version of each file. A shard becomes part of the
+cache only when the index that lists it has been renamed into place; a shard written just before an
+interruption is simply rewritten by the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from halluprobe.records import ExampleRecord
+
+CACHE_FORMAT = 1
+"""Version of the cache layout; a cache of another version is rejected."""
+
+_ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "answer_len", "prompt_len"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class FeatureCache:
+    """Shards of example records under one folder, keyed by example id.
+
+    Args:
+        root: The cache folder (created when missing).
+        settings: What the records depend on (proxy, layers, hidden layers, TOHA, ...). A cache made
+            with other settings is rejected rather than silently mixed.
+    """
+
+    def __init__(self, root: str | Path, settings: dict[str, Any]):
+        self.root = Path(root)
+        self.settings = json.loads(json.dumps(settings))
+        self._index_path = self.root / "index.json"
+        if self._index_path.exists():
+            index = json.loads(self._index_path.read_text())
+            if index.get("format") != CACHE_FORMAT:
+                raise ValueError(
+                    f"cache {self.root} has format {index.get('format')!r}; this halluprobe reads format "
+                    f"{CACHE_FORMAT}. Delete the folder or choose another --out."
+                )
+            if index.get("settings") != self.settings:
+                raise ValueError(
+                    f"cache {self.root} was made with settings {index.get('settings')}, not {self.settings}; "
+                    "delete it or choose another folder"
+                )
+            self._shards: list[dict[str, Any]] = index["shards"]
+        else:
+            self._shards = []
+
+    @property
+    def ids(self) -> set[str]:
+        """Ids of the examples already in the cache."""
+        return {i for s in self._shards for i in s["ids"]}
+
+    def __len__(self) -> int:
+        return sum(len(s["ids"]) for s in self._shards)
+
+    def add(self, records: list[ExampleRecord]) -> None:
+        """Write ``records`` as one new shard and publish it in the index (both atomically)."""
+        if not records:
+            return
+        known = self.ids
+        dup = [r.id for r in records if r.id in known]
+        if dup:
+            raise ValueError(f"records already cached: {dup[:5]}")
+        name = f"shard-{len(self._shards):05d}.safetensors"
+        tensors: dict[str, np.ndarray] = {}
+        for i, r in enumerate(records):
+            for key in _ARRAYS:
+                tensors[f"{i}.{key}"] = np.ascontiguousarray(getattr(r, key), dtype=np.float32)
+        meta = {"records": json.dumps([[r.id, r.answer_len, r.prompt_len] for r in records])}
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata=meta)
+            digest = sha256_file(Path(tmp))
+            os.replace(tmp, self.root / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        shards = [*self._shards, {"file": name, "ids": [r.id for r in records], "sha256": digest}]
+        index = {"format": CACHE_FORMAT, "settings": self.settings, "shards": shards}
+        atomic_write_bytes(self._index_path, json.dumps(index, indent=1).encode())
+        self._shards = shards
+
+    def load(self, ids: list[str] | None = None) -> list[ExampleRecord]:
+        """Read records back, in the order of ``ids`` (default: every cached record in shard order).
+
+        Raises:
+            KeyError: An id in ``ids`` is not cached.
+            ValueError: A shard's bytes do not match the hash in the index.
+        """
+        found: dict[str, ExampleRecord] = {}
+        for shard in self._shards:
+            if ids is not None and not set(shard["ids"]) & set(ids):
+                continue
+            path = self.root / shard["file"]
+            if sha256_file(path) != shard["sha256"]:
+                raise ValueError(
+                    f"cache shard {path} does not match its hash in index.json; delete the cache"
+                )
+            found.update(_read_shard(path))
+        order = ids if ids is not None else [i for s in self._shards for i in s["ids"]]
+        missing = [i for i in order if i not in found]
+        if missing:
+            raise KeyError(f"not in cache {self.root}: {missing[:5]}")
+        return [found[i] for i in order]
+
+
+def _read_shard(path: Path) -> dict[str, ExampleRecord]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata()
+    tensors = load_file(str(path))
+    out = {}
+    for i, (rid, answer_len, prompt_len) in enumerate(json.loads(meta["records"])):
+        arrays = {key: tensors[f"{i}.{key}"] for key in _ARRAYS}
+        out[rid] = ExampleRecord(id=rid, answer_len=answer_len, prompt_len=prompt_len, **arrays)
+    return out

@@ -1,0 +1,328 @@
+"""Published attention detectors as scikit-learn estimators on response-row statistics.
+
+Every detector's ``decision_function`` is a score where **higher means more likely hallucinated**;
+``predict`` returns the larger class label (``classes_[1]``, i.e. 1 = hallucinated) when the score
+reaches ``threshold_``, chosen by F1 on the data given to ``fit`` (ties toward the higher threshold).
+Detectors that choose a setting (a layer, heads, a count) choose it by AUROC on the data given to
+``fit``; the protocol passes the validation split. The ``*_matrix`` helpers build each detector's
+input from :class:`~halluprobe.records.ExampleRecord` lists. See ``docs/reference/detectors.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from halluprobe.records import HEAD_STATS, POOLS, ExampleRecord
+
+
+def _auroc(scores, labels) -> float:
+    from halubench_data.metrics import auroc
+
+    return float(auroc(np.asarray(scores, dtype=np.float64), np.asarray(labels)))
+
+
+def _threshold(scores, labels) -> float:
+    from halubench_data.metrics import select_threshold
+
+    return float(select_threshold(np.asarray(scores, dtype=np.float64), np.asarray(labels)))
+
+
+class _ScoreDetector(ClassifierMixin, BaseEstimator):
+    """Binary detector with a real-valued score; subclasses implement ``_fit_scores`` and ``_score``."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def fit(self, X, y):
+        """Fit on ``X`` ``[n, d]`` and labels ``y`` (two classes; the larger one is "hallucinated").
+
+        Returns:
+            self.
+        """
+        X, y = validate_data(self, X, y)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if len(self.classes_) != 2:
+            raise ValueError(f"{type(self).__name__} is a binary detector; got {len(self.classes_)} classes")
+        yb = (y == self.classes_[1]).astype(np.int64)
+        self._fit_scores(X, yb)
+        self.threshold_ = _threshold(self._score(X), yb)
+        return self
+
+    def decision_function(self, X):
+        """``[n]`` scores; higher means more likely hallucinated."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        return self._score(X)
+
+    def predict(self, X):
+        """``[n]`` labels: ``classes_[1]`` (hallucinated) where the score is at least ``threshold_``."""
+        return self.classes_[(self.decision_function(X) >= self.threshold_).astype(np.int64)]
+
+
+class _LinearProbe(_ScoreDetector):
+    """Standardised features into a class-balanced L2 logistic regression (liblinear)."""
+
+    def __init__(self, C: float = 1.0):
+        self.C = C
+
+    def _fit_scores(self, X, y):
+        from sklearn.linear_model import LogisticRegression
+
+        self.mean_ = X.mean(0)
+        sd = X.std(0)
+        self.scale_ = np.where(sd > 1e-12, sd, 1.0)
+        lr = LogisticRegression(solver="liblinear", class_weight="balanced", C=self.C)
+        lr.fit((X - self.mean_) / self.scale_, y)
+        self.coef_, self.intercept_ = lr.coef_[0], float(lr.intercept_[0])
+
+    def _score(self, X):
+        return ((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+
+    def predict_proba(self, X):
+        """``[n, 2]`` probabilities, columns follow ``classes_`` (column 1 = hallucinated)."""
+        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.stack([1.0 - p, p], 1)
+
+
+class LookbackLens(_LinearProbe):
+    """Lookback Lens: logistic regression on the mean lookback ratio of every head.
+
+    Input: :func:`lookback_matrix` ``[n, NL * H]``. Supervised; ``C`` is a constructor argument (the
+    protocol chooses it on validation). Higher score means more likely hallucinated.
+    """
+
+
+class SinkProbe(_LinearProbe):
+    """SinkProbe: logistic regression on the ``k`` largest sink values ``c̄_j`` of every head.
+
+    Input: :func:`sink_matrix` ``[n, NL * H * k]``. Supervised. Higher score means more likely
+    hallucinated.
+    """
+
+
+class LLMCheckAttention(_ScoreDetector):
+    """LLM-Check attention score: the mean ``log p_ii`` of one layer, layer chosen by AUROC.
+
+    Input: :func:`logdiag_matrix` ``[n, NL]`` (per layer, mean over heads and answer tokens).
+    ``fit`` chooses the layer and, with ``direction="auto"``, the sign, by AUROC on its data (the
+    validation split). Higher score means more likely hallucinated.
+
+    Args:
+        direction: ``"auto"``, ``1`` (higher ``log p_ii`` = hallucinated) or ``-1``.
+    """
+
+    def __init__(self, direction="auto"):
+        self.direction = direction
+
+    def _fit_scores(self, X, y):
+        if self.direction not in ("auto", 1, -1):
+            raise ValueError(f"direction must be 'auto', 1 or -1, got {self.direction!r}")
+        signs = (1, -1) if self.direction == "auto" else (self.direction,)
+        best = None
+        for j in range(X.shape[1]):
+            for s in signs:
+                a = _auroc(s * X[:, j], y)
+                if best is None or a > best[0]:
+                    best = (a, j, s)
+        _, self.layer_, self.sign_ = best
+
+    def _score(self, X):
+        return self.sign_ * X[:, self.layer_]
+
+
+class INTRYGUE(_ScoreDetector):
+    """INTRYGUE: mean next-token entropy gated by the top-1 sink rate of the top-K induction heads.
+
+    Input: :func:`intrygue_matrix` ``[n, 1 + NL * H]``: column 0 the answer's mean next-token
+    entropy, then the top-1 sink rate of every head. Score = entropy * mean sink rate of the K heads
+    ranked first in ``head_order``; ``K`` in ``ks`` is chosen by AUROC on the data given to ``fit``.
+    Higher score means more likely hallucinated (uncertain, and the induction heads idle on a sink
+    rather than copying from the context).
+
+    Args:
+        head_order: Flat head indices ranked by induction score (``None``: column order).
+        ks: Head counts searched (ties to the smaller).
+    """
+
+    def __init__(self, head_order=None, ks=(1, 2, 4, 8, 16, 32)):
+        self.head_order = head_order
+        self.ks = ks
+
+    def _order(self, n_heads):
+        order = list(range(n_heads)) if self.head_order is None else [int(h) for h in self.head_order]
+        if not order or max(order) >= n_heads:
+            raise ValueError(f"INTRYGUE head_order must index the {n_heads} head columns")
+        return order
+
+    def _fit_scores(self, X, y):
+        if X.shape[1] < 2:
+            raise ValueError("INTRYGUE needs an entropy column and at least one head column")
+        order = self._order(X.shape[1] - 1)
+        best = None
+        for k in sorted(self.ks):
+            if k > len(order):
+                break
+            heads = np.asarray(order[:k])
+            a = _auroc(X[:, 0] * X[:, 1 + heads].mean(1), y)
+            if best is None or a > best[0]:
+                best = (a, heads)
+        self.heads_ = best[1]
+
+    def _score(self, X):
+        return X[:, 0] * X[:, 1 + self.heads_].mean(1)
+
+
+class TOHA(_ScoreDetector):
+    """TOHA: the mean MTopDiv of the selected heads (response-to-prompt topological divergence).
+
+    Input: :func:`toha_matrix` ``[n, NL * H]`` (from :func:`mtopdiv` of each head's dense response
+    block). ``fit`` ranks heads by their own AUROC and keeps the first ``m`` in ``1..max_heads`` whose
+    mean has the best AUROC on the data given to ``fit``. Higher score (the answer is far from the
+    prompt in the attention graph) means more likely hallucinated.
+    """
+
+    def __init__(self, max_heads: int = 10):
+        self.max_heads = max_heads
+
+    def _fit_scores(self, X, y):
+        own = np.array([_auroc(X[:, j], y) for j in range(X.shape[1])])
+        ranked = np.argsort(-own, kind="stable")
+        best = None
+        for m in range(1, min(int(self.max_heads), X.shape[1]) + 1):
+            a = _auroc(X[:, ranked[:m]].mean(1), y)
+            if best is None or a > best[0]:
+                best = (a, ranked[:m])
+        self.heads_ = best[1]
+
+    def _score(self, X):
+        return X[:, self.heads_].mean(1)
+
+
+class RAUQ(BaseEstimator):
+    """RAUQ (unsupervised): recurrent confidence through each layer's most previous-token head.
+
+    For each layer the head with the largest mean previous-token weight on this answer is used;
+    confidence runs ``c_1 = p_1``, ``c_t = alpha * p_t + (1 - alpha) * w_t * c_{t-1}`` with ``p_t``
+    the probability of answer token ``t`` and ``w_t`` that head's previous-token weight; the layer's
+    uncertainty is ``-mean_t log c_t`` and the score the maximum over layers. ``fit`` learns nothing.
+    Higher score means more likely hallucinated.
+
+    Args:
+        alpha: Weight of the current token's probability.
+    """
+
+    def __init__(self, alpha: float = 0.2):
+        self.alpha = alpha
+
+    def fit(self, X=None, y=None):
+        """No-op (unsupervised); returns self."""
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"RAUQ alpha must be in (0, 1], got {self.alpha}")
+        self.fitted_ = True
+        return self
+
+    def decision_function(self, inputs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Scores of ``(token_prev [NL, H, A], token_prob [A])`` pairs; higher = more likely hallucinated."""
+        return np.array([rauq_score(prev, prob, self.alpha) for prev, prob in inputs])
+
+
+def rauq_score(token_prev: np.ndarray, token_prob: np.ndarray, alpha: float) -> float:
+    """RAUQ score of one answer (see :class:`RAUQ`); ``token_prev [NL, H, A]``, ``token_prob [A]``."""
+    prev = np.asarray(token_prev, dtype=np.float64)
+    prob = np.clip(np.asarray(token_prob, dtype=np.float64), 1e-30, 1.0)
+    if prev.ndim != 3 or prev.shape[-1] != prob.shape[0] or prob.shape[0] == 0:
+        raise ValueError(
+            f"rauq_score needs token_prev [NL, H, A] and token_prob [A]; got {prev.shape}, {prob.shape}"
+        )
+    worst = -np.inf
+    for layer in prev:
+        w = layer[int(layer.mean(1).argmax())]
+        c = np.empty_like(prob)
+        c[0] = prob[0]
+        for t in range(1, len(prob)):
+            c[t] = alpha * prob[t] + (1.0 - alpha) * w[t] * c[t - 1]
+        worst = max(worst, float(-np.log(np.clip(c, 1e-30, None)).mean()))
+    return worst
+
+
+def mtopdiv(weights: np.ndarray, prompt_len: int) -> float:
+    """MTopDiv of one head: minimum spanning forest length attaching response tokens to the prompt.
+
+    The prompt is one vertex; response token ``i`` links to key ``j < i`` with length
+    ``1 - p_ij`` and to the prompt with ``1 - max_{j < P} p_ij``. The result is the total length of a
+    minimum spanning tree of that graph divided by the number of response tokens.
+
+    Args:
+        weights: ``[R, L]`` attention weights of the response rows (row ``i`` at position ``L - R + i``).
+        prompt_len: Number of prompt keys ``P`` (``1 <= P <= L - R``).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    r, length = w.shape
+    if r < 1 or not 1 <= prompt_len <= length - r:
+        raise ValueError(
+            f"mtopdiv needs [R, L] weights with 1 <= prompt_len <= L - R; got {w.shape}, {prompt_len}"
+        )
+    start = length - r
+    dist = np.full((r + 1, r + 1), np.inf)  # vertex 0 = prompt, vertex 1 + i = response token i
+    for i in range(r):
+        row = w[i]
+        dist[0, 1 + i] = dist[1 + i, 0] = 1.0 - row[:prompt_len].max()
+        for j in range(i):
+            dist[1 + i, 1 + j] = dist[1 + j, 1 + i] = 1.0 - row[start + j]
+    # keys between the prompt and the response (none in our layout) would be prompt-side anyway
+    in_tree = np.zeros(r + 1, dtype=bool)
+    in_tree[0] = True
+    best = dist[0].copy()
+    total = 0.0
+    for _ in range(r):
+        cand = np.where(in_tree, np.inf, best)
+        v = int(cand.argmin())
+        total += cand[v]
+        in_tree[v] = True
+        best = np.minimum(best, dist[v])
+    return total / r
+
+
+def _pooled(records: list[ExampleRecord], stat: str, pool: str = "mean") -> np.ndarray:
+    s, p = HEAD_STATS.index(stat), POOLS.index(pool)
+    return np.stack([r.head_stats[:, :, s, p].reshape(-1) for r in records]).astype(np.float64)
+
+
+def lookback_matrix(records: list[ExampleRecord]) -> np.ndarray:
+    """``[n, NL * H]`` mean lookback ratio of every head (LookbackLens input)."""
+    return _pooled(records, "lookback_ratio")
+
+
+def sink_matrix(records: list[ExampleRecord], k: int) -> np.ndarray:
+    """``[n, NL * H * k]`` the ``k`` largest ``c̄_j`` of every head (SinkProbe input)."""
+    return np.stack([r.sink_topk[:, :, :k].reshape(-1) for r in records]).astype(np.float64)
+
+
+def logdiag_matrix(records: list[ExampleRecord]) -> np.ndarray:
+    """``[n, NL]`` per layer the mean over heads of the mean ``log p_ii`` (LLMCheckAttention input)."""
+    s, p = HEAD_STATS.index("diag_log"), POOLS.index("mean")
+    return np.stack([r.head_stats[:, :, s, p].mean(1) for r in records]).astype(np.float64)
+
+
+def intrygue_matrix(records: list[ExampleRecord], entropy_index: int) -> np.ndarray:
+    """``[n, 1 + NL * H]``: mean next-token entropy (logit statistic ``entropy_index``), top-1 sinks."""
+    ent = np.array([r.logit_pooled[entropy_index, 0] for r in records], dtype=np.float64)
+    return np.hstack([ent[:, None], sink_matrix(records, 1)])
+
+
+def toha_matrix(records: list[ExampleRecord]) -> np.ndarray:
+    """``[n, NL * H]`` MTopDiv of every head (TOHA input); needs records extracted with TOHA."""
+    if any(r.mtopdiv.size == 0 for r in records):
+        raise ValueError("TOHA needs records extracted with TOHA enabled (MTopDiv of every head)")
+    return np.stack([r.mtopdiv.reshape(-1) for r in records]).astype(np.float64)
+
+
+def rauq_inputs(records: list[ExampleRecord], prob_index: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """RAUQ inputs: each record's ``token_prev`` and the answer-token probability column ``prob_index``."""
+    return [(r.token_prev, r.token_logit[:, prob_index]) for r in records]

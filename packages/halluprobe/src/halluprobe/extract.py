@@ -1,0 +1,161 @@
+"""Feature extraction: one recorded proxy forward per example, reduced to cached records.
+
+:func:`extract_records` is the resumable loop (any ``compute`` function, batches sorted by length,
+one cache shard per batch); :class:`ProxyExtractor` is the ``compute`` function that runs
+:func:`flashstats_hf.record_forward` on a proxy model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from halluprobe.cache import FeatureCache
+from halluprobe.records import ExampleRecord, reduce_forward
+
+
+def extract_records(
+    examples: Sequence[Any],
+    compute: Callable[[list[Any]], list[ExampleRecord]],
+    cache: FeatureCache,
+    *,
+    batch_size: int = 8,
+    length: Callable[[Any], int] | None = None,
+    progress: bool = False,
+    desc: str = "extract",
+) -> list[ExampleRecord]:
+    """Compute the records of the examples not yet cached, then return all of them in input order.
+
+    Examples are processed in batches of similar length (sorted by ``length``, default the number
+    of characters of context, question and answer); each batch becomes one cache shard written
+    atomically, so an interrupted run loses at most the batch in flight and a rerun resumes.
+
+    Args:
+        examples: Objects with an ``id`` (``halubench_data.Example``).
+        compute: Maps a batch of examples to their records, in order.
+        cache: Where records are stored and looked up.
+        batch_size: Examples per forward (>= 1).
+        length: Sort key; similar lengths share a batch to limit padding.
+        progress: Show a tqdm progress bar.
+        desc: Label of the progress bar.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ids = [ex.id for ex in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError("extract_records needs distinct example ids")
+    done = cache.ids
+    key = length or (lambda ex: len(ex.context) + len(ex.question) + len(ex.answer))
+    todo = sorted((ex for ex in examples if ex.id not in done), key=key)
+    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    if progress and batches:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=desc, unit="ex")
+    else:
+        bar = None
+    try:
+        for batch in batches:
+            records = compute(batch)
+            if [r.id for r in records] != [ex.id for ex in batch]:
+                raise ValueError("compute must return one record per example, in batch order")
+            cache.add(records)
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+    return cache.load(ids)
+
+
+@dataclass
+class ProxyExtractor:
+    """Runs the recorded forward of a proxy on batches of examples and reduces them to records.
+
+    Args:
+        model: A causal LM (``flashstats_hf.load_model``).
+        tokenizer: Its tokenizer (with a chat template).
+        layers: Scored layers (``None``: all).
+        hidden_layers: Hidden layers kept for H64 (``None``: the middle layer).
+        toha: Also compute TOHA's MTopDiv of every head from the dense response block.
+    """
+
+    model: Any
+    tokenizer: Any
+    layers: tuple[int, ...] | None = None
+    hidden_layers: tuple[int, ...] | None = None
+    toha: bool = False
+    _lengths: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        n = int(self.model.config.num_hidden_layers)
+        if self.hidden_layers is None:
+            self.hidden_layers = (n // 2,)
+        if self.layers is not None and any(not 0 <= i < n for i in self.layers):
+            raise ValueError(f"layers must lie in [0, {n}); got {self.layers}")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the records depend on (stored in the cache index)."""
+        return {
+            "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
+            "layers": list(self.layers) if self.layers is not None else None,
+            "hidden_layers": list(self.hidden_layers),
+            "toha": bool(self.toha),
+        }
+
+    def encode(self, ex) -> tuple[list[int], int]:
+        """Token ids of the formatted example and the index of its first answer token."""
+        from flashstats_hf import format_example
+
+        ids, start = format_example(self.tokenizer, ex.context, ex.question, ex.answer)
+        ids = [int(t) for t in (ids.reshape(-1).tolist() if torch.is_tensor(ids) else ids)]
+        self._lengths[ex.id] = len(ids)
+        return ids, int(start)
+
+    def length(self, ex) -> int:
+        """Number of tokens of the formatted example (cached)."""
+        if ex.id not in self._lengths:
+            self.encode(ex)
+        return self._lengths[ex.id]
+
+    @torch.no_grad()
+    def forward(self, encoded: list[tuple[list[int], int]]):
+        """One recorded forward of a batch of encoded examples (right padding)."""
+        from flashstats_hf import record_forward
+        from flashstats_kernels.types import StatsRequest
+
+        dev = next(self.model.parameters()).device
+        n = max(len(ids) for ids, _ in encoded)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        input_ids = torch.full((len(encoded), n), int(pad), dtype=torch.long)
+        mask = torch.zeros((len(encoded), n), dtype=torch.long)
+        for i, (ids, _) in enumerate(encoded):
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            mask[i, : len(ids)] = 1
+        starts = torch.tensor([s for _, s in encoded])
+        request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0,))
+        return record_forward(
+            self.model,
+            input_ids.to(dev),
+            response_start=starts.to(dev),
+            attention_mask=mask.to(dev),
+            request=request,
+            layers=self.layers,
+            logits=True,
+            hidden_layers=self.hidden_layers,
+        )
+
+    def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
+        """Records of ``batch``, in order."""
+        encoded = [self.encode(ex) for ex in batch]
+        fs = self.forward(encoded)
+        mtop = None
+        if self.toha:
+            from halluprobe.toha import dense_mtopdiv
+
+            mtop = dense_mtopdiv(self.model, encoded, fs.layers)
+        return reduce_forward(fs, [ex.id for ex in batch], mtopdiv=mtop)

@@ -1,0 +1,179 @@
+"""Compact per-example records reduced from one batch's :class:`~flashstats_hf.types.ForwardStats`.
+
+A record keeps what every feature block and detector of this package reads, pooled over the answer
+tokens (mean, standard deviation, minimum, maximum), plus the few per-token series that the
+unsupervised detectors and the per-token scores need. It is small (tens of KiB) whatever the
+context length, so a dataset's records fit a cache of shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+HEAD_STATS: tuple[str, ...] = (
+    "max_weight",
+    "effective_support",
+    "entropy",
+    "lookback_ratio",
+    "normalized_entropy",
+    "prev_weight",
+    "diag_log",
+    "bos_sink",
+)
+"""Per-token, per-head statistics pooled into :attr:`ExampleRecord.head_stats`, in order."""
+
+POOLS: tuple[str, ...] = ("mean", "std", "min", "max")
+"""Poolings over answer tokens, in the order of the last axis of pooled arrays."""
+
+MAX_SINKS = 10
+"""Largest sink count ``k`` kept per head (the protocol searches ``k`` in ``1..MAX_SINKS``)."""
+
+
+@dataclass
+class ExampleRecord:
+    """What one example contributes to the feature blocks (numpy, float32).
+
+    Shapes: ``NL`` scored layers, ``H`` query heads, ``A`` answer tokens, ``V`` logit statistics,
+    ``NH`` kept hidden layers, ``Dm`` model width.
+    """
+
+    id: str
+    """Example id."""
+    answer_len: int
+    """Number of answer tokens ``A``."""
+    prompt_len: int
+    """Number of real tokens before the answer."""
+    head_stats: np.ndarray
+    """``[NL, H, len(HEAD_STATS), 4]``: each head statistic pooled over answer tokens (see ``POOLS``)."""
+    sink_topk: np.ndarray
+    """``[NL, H, MAX_SINKS]``: the largest normalized column sums ``c̄_j`` of each head, descending."""
+    token_prev: np.ndarray
+    """``[NL, H, A]``: previous-token weight of every head at every answer token (RAUQ)."""
+    logit_pooled: np.ndarray
+    """``[V, 4]``: per-token logit statistics pooled over answer tokens."""
+    token_logit: np.ndarray
+    """``[A, V]``: per-token logit statistics."""
+    hidden_pooled: np.ndarray
+    """``[NH, 2, Dm]``: mean and standard deviation over answer tokens of the kept hidden states."""
+    mtopdiv: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    """``[NL, H]``: TOHA's MTopDiv of each head (empty unless TOHA was requested)."""
+
+
+def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pool a per-token quantity over the answer tokens where ``mask`` is True.
+
+    Args:
+        values: ``[..., A] float``. The per-token values.
+        mask: ``[A] bool``. Which tokens exist (at least one must).
+
+    Returns:
+        ``[..., 4] float32``: mean, population standard deviation, minimum and maximum.
+    """
+    if not bool(mask.any()):
+        raise ValueError("pool needs at least one answer token; got an empty answer mask")
+    v = values[..., mask].double()
+    mean = v.mean(-1)
+    std = v.std(-1, correction=0)
+    return torch.stack([mean, std, v.amin(-1), v.amax(-1)], -1).float()
+
+
+def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """Lookback ratio of Lookback Lens from prompt mass, per answer token.
+
+    The mean weight per prompt key is ``m / P``; the mean weight per visible response key of answer
+    token ``a`` (0-based) is ``(1 - m) / (a + 1)``; the ratio is the first over their sum.
+
+    Args:
+        prompt_mass: ``[..., A] float32``. Share of attention each answer row puts on the prompt.
+        prompt_len: Number of prompt keys ``P`` (>= 1).
+
+    Returns:
+        ``[..., A] float32`` in ``[0, 1]``; higher means the row looks back at the context more.
+    """
+    if prompt_len < 1:
+        raise ValueError(f"lookback_ratio needs prompt_len >= 1, got {prompt_len}")
+    a = torch.arange(1, prompt_mass.shape[-1] + 1, dtype=torch.float64, device=prompt_mass.device)
+    m = prompt_mass.double().clamp(0.0, 1.0)
+    per_prompt = m / prompt_len
+    per_resp = (1.0 - m) / a
+    denom = per_prompt + per_resp
+    return torch.where(denom > 0, per_prompt / denom.clamp_min(1e-300), 0.5).float()
+
+
+def _head_series(fs, b: int, length: int) -> torch.Tensor:
+    """``[NL, H, len(HEAD_STATS), A_b]`` per-token head statistics of example ``b``."""
+    if fs.rows is None or fs.lookups is None:
+        raise ValueError("ForwardStats needs rows (T1) and lookups (T2) for the head statistics")
+    r, lk = fs.rows, fs.lookups
+    cut = slice(0, length)
+    prompt_len = int(fs.prompt_len[b])
+    series = [
+        r.max_weight[b, ..., cut],
+        r.effective_support[b, ..., cut],
+        r.entropy[b, ..., cut],
+        lookback_ratio(r.prompt_mass[b, ..., cut], prompt_len),
+        r.normalized_entropy[b, ..., cut],
+        lk.prev_weight[b, ..., cut],
+        lk.diag_log[b, ..., cut],
+        lk.sink_weights[b, ..., cut, 0],
+    ]
+    return torch.stack([s.float().cpu() for s in series], 2)
+
+
+def _sink_topk(fs, b: int) -> torch.Tensor:
+    """``[NL, H, MAX_SINKS]`` the largest ``c̄_j`` over real keys, descending (zero-padded)."""
+    if fs.columns is None:
+        raise ValueError("ForwardStats needs columns (T3) for the sink values")
+    mean = fs.columns.mean[b].float().cpu()
+    keys = fs.key_mask[b].cpu()
+    vals = mean[..., keys]
+    k = min(MAX_SINKS, vals.shape[-1])
+    top = vals.topk(k, dim=-1).values
+    if k < MAX_SINKS:
+        top = torch.nn.functional.pad(top, (0, MAX_SINKS - k))
+    return top
+
+
+def reduce_forward(fs, ids: list[str], mtopdiv: torch.Tensor | None = None) -> list[ExampleRecord]:
+    """Reduce one batch's ForwardStats to one :class:`ExampleRecord` per example.
+
+    Args:
+        fs: A :class:`flashstats_hf.types.ForwardStats` with rows, lookups (first sink = the first
+            real key), columns, logit statistics and hidden states.
+        ids: The ``B`` example ids, in batch order.
+        mtopdiv: Optional ``[B, NL, H] float32`` TOHA values of every head.
+
+    Returns:
+        ``B`` records in batch order.
+    """
+    n = int(fs.answer_len.shape[0])
+    if len(ids) != n:
+        raise ValueError(f"reduce_forward needs one id per example: {n} examples, {len(ids)} ids")
+    if fs.logit_stats is None or fs.hidden is None:
+        raise ValueError("ForwardStats needs logit_stats and hidden for a record")
+    out = []
+    for b in range(n):
+        length = int(fs.answer_len[b])
+        mask = torch.ones(length, dtype=torch.bool)
+        series = _head_series(fs, b, length)
+        token_logit = fs.logit_stats[b, :length].float().cpu()
+        hid = fs.hidden[b, :, :length].float().cpu()
+        hidden = torch.stack([hid.mean(1), hid.std(1, correction=0)], 1)
+        out.append(
+            ExampleRecord(
+                id=ids[b],
+                answer_len=length,
+                prompt_len=int(fs.prompt_len[b]),
+                head_stats=pool(series, mask).numpy(),
+                sink_topk=_sink_topk(fs, b).numpy(),
+                token_prev=series[:, :, HEAD_STATS.index("prev_weight")].numpy(),
+                logit_pooled=pool(token_logit.T, mask).numpy(),
+                token_logit=token_logit.numpy(),
+                hidden_pooled=hidden.numpy(),
+                mtopdiv=(mtopdiv[b].float().cpu().numpy() if mtopdiv is not None else np.zeros((0, 0))),
+            )
+        )
+    return out
