@@ -6,6 +6,19 @@ Scores everywhere: higher means more likely hallucinated.
 
 from .dataset import Dataset, Drop, LoadReport, concat
 from .io import RecordError, atomic_write_text, example_from_dict, example_to_dict, read_jsonl, write_jsonl
+from .metrics import (
+    EvalResult,
+    PairedBootstrap,
+    auroc,
+    evaluate,
+    f1_at,
+    holm,
+    markdown_table,
+    paired_bootstrap,
+    precision_recall_f1,
+    results_table,
+    select_threshold,
+)
 from .schema import SPLITS, Example, Span, Split
 
 __version__ = "0.1.0"
@@ -14,15 +27,26 @@ __all__ = [
     "SPLITS",
     "Dataset",
     "Drop",
+    "EvalResult",
     "Example",
     "LoadReport",
+    "PairedBootstrap",
     "RecordError",
     "Span",
     "Split",
     "atomic_write_text",
+    "auroc",
     "concat",
+    "evaluate",
     "example_from_dict",
     "example_to_dict",
+    "f1_at",
+    "holm",
+    "markdown_table",
+    "paired_bootstrap",
+    "precision_recall_f1",
     "read_jsonl",
+    "results_table",
+    "select_threshold",
     "write_jsonl",
 ]
