@@ -292,7 +292,7 @@ def launch_geometry(
         B=B, Hq=Hq, R=R, L=L, D=D, group=Hq // Hkv, block_d=max(16, triton.next_power_of_2(D)), mma=mma,
         key_mask=km, mask_stride=mask_stride, has_mask=key_mask is not None,
         has_softcap=softcap is not None, has_window=window is not None,
-        softcap=float(softcap) if softcap is not None else 1.0, window=int(window) if window is not None else 0,
+        softcap=1.0 if softcap is None else float(softcap), window=0 if window is None else int(window),
     )  # fmt: skip
 
 

@@ -74,13 +74,17 @@ def _lookups_kernel(
     i_s = 0
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         while i_s < S:
-            _sink(b_q, p_k0, p_km, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
-                  SinkPos + i_b * spb + i_s, Sinks + o_row * S + i_s, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)  # fmt: skip
+            _sink(
+                b_q, p_k0, p_km, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
+                SinkPos + i_b * spb + i_s, Sinks + o_row * S + i_s, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
+            )  # fmt: skip
             i_s += 1
     else:
         for i_s in range(0, S):
-            _sink(b_q, p_k0, p_km, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
-                  SinkPos + i_b * spb + i_s, Sinks + o_row * S + i_s, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)  # fmt: skip
+            _sink(
+                b_q, p_k0, p_km, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
+                SinkPos + i_b * spb + i_s, Sinks + o_row * S + i_s, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -121,7 +125,7 @@ def lookups_triton(
         scale: score scale.
         softcap: ``c`` of ``c * tanh(s / c)``, or None.
         window: sliding window, or None.
-        sink_positions: [B, S] int64 on the device of ``q``. Key positions to read; outside ``[0, L)`` reads 0.
+        sink_positions: [B, S] int64 on the device of ``q``. Key positions to read (0 outside ``[0, L)``).
         diag_eps: ``diag_log`` is clamped below at ``log(diag_eps)``.
 
     Returns:

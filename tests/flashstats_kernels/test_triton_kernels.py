@@ -1,0 +1,236 @@
+"""The Triton kernels (T1 forward, T2 lookups, T3 columns) against the fp64 reference.
+
+On a machine without CUDA the root conftest sets ``TRITON_INTERPRET=1``, so these run the real kernels
+under Triton's interpreter on small shapes. Outputs are poisoned with NaN before each call (every
+``torch.empty`` inside the launcher returns NaN-filled memory), so an element a kernel forgets to
+write fails the comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+import pytest
+import torch
+from flashstats_kernels.ops.columns.fused import columns_triton
+from flashstats_kernels.ops.columns.naive import naive_columns
+from flashstats_kernels.ops.forward.fused import forward_triton
+from flashstats_kernels.ops.forward.naive import naive_forward, naive_visibility
+from flashstats_kernels.ops.lookups.fused import lookups_triton
+from flashstats_kernels.ops.lookups.naive import naive_lookups
+
+# Statistics are reduced in fp32 from exact products of the (rounded) inputs: the same tolerance for
+# every input dtype. ``out`` follows FlashAttention's rule: its error against fp64 is at most twice the
+# error of the same attention computed in the input dtype, plus OUT_FLOOR.
+STAT_TOL = {
+    torch.float32: {"atol": 2e-5, "rtol": 2e-5},
+    torch.bfloat16: {"atol": 2e-5, "rtol": 2e-5},
+    torch.float16: {"atol": 2e-5, "rtol": 2e-5},
+}
+OUT_FLOOR = {torch.float32: 1e-5, torch.bfloat16: 1e-3, torch.float16: 1e-4}
+DIAG_EPS = 1e-30
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One problem: sizes, dtype and the masking options."""
+
+    B: int
+    Hq: int
+    Hkv: int
+    R: int
+    L: int
+    D: int
+    dtype: torch.dtype = torch.float32
+    pad: str = "none"  # none | left | middle | deep (rows that see no key) | empty (a batch without keys)
+    softcap: float | None = None
+    window: int | None = None
+    prompt: str = "default"  # default (L - R) | batch (a different prompt_len per batch element)
+    layout: str = "bhtd"  # bhtd (contiguous) | bthd (transposed views, as Transformers hands over)
+
+    @property
+    def id(self) -> str:
+        dt = str(self.dtype).removeprefix("torch.")
+        parts = [f"B{self.B}-L{self.L}-R{self.R}-HQ{self.Hq}-H{self.Hkv}-D{self.D}-{dt}", self.pad]
+        parts += [f"cap{self.softcap}"] if self.softcap else []
+        parts += [f"win{self.window}"] if self.window else []
+        return "-".join(parts + [self.prompt, self.layout])
+
+
+CASES = [
+    Case(1, 1, 1, 1, 1, 64),
+    Case(2, 2, 1, 2, 2, 64),  # R = L, P = 0
+    Case(2, 4, 1, 1, 63, 80, pad="left", prompt="batch"),
+    Case(1, 2, 1, 111, 111, 128, pad="middle", softcap=5.0, layout="bthd"),
+    Case(2, 2, 2, 37, 111, 80, pad="middle", window=16),
+    Case(2, 4, 1, 90, 300, 64, pad="left", softcap=30.0, window=40, prompt="batch", layout="bthd"),
+    Case(2, 4, 2, 40, 63, 64, pad="deep", window=5, prompt="batch"),
+    Case(2, 2, 1, 20, 30, 64, pad="empty"),
+    Case(2, 4, 2, 50, 111, 64, dtype=torch.bfloat16, pad="middle", prompt="batch"),
+    Case(1, 2, 2, 33, 63, 80, dtype=torch.float16, pad="left", softcap=20.0, layout="bthd"),
+]
+
+
+def make_inputs(case: Case, seed: int, device: str = "cpu") -> dict:
+    """Random q, k, v, key mask, prompt_len and sink positions for ``case``."""
+    gen = torch.Generator().manual_seed(seed)
+    B, L, R = case.B, case.L, case.R
+
+    def rand(h: int, t: int) -> torch.Tensor:
+        x = torch.randn(B, t, h, case.D, generator=gen) * 1.5
+        x = x.to(device=device, dtype=case.dtype)
+        return x.transpose(1, 2) if case.layout == "bthd" else x.transpose(1, 2).contiguous()
+
+    key_mask = torch.ones(B, L, dtype=torch.bool)
+    if case.pad == "left":
+        for b in range(B):
+            key_mask[b, : (b * L) // 3 + b] = False  # batch 0 unpadded; later ones padded past the prompt
+    elif case.pad == "middle":
+        key_mask[:, L // 4 : L // 4 + max(1, L // 5)] = False
+        key_mask[-1, L - R // 2 - 1] = False  # a padded response position too
+    elif case.pad == "deep":
+        key_mask[-1, : L - R + R // 3] = False  # the first R // 3 rows of the last batch see nothing
+    elif case.pad == "empty":
+        key_mask[-1] = False
+    prompt = torch.full((B,), L - R, dtype=torch.int64)
+    if case.prompt == "batch":
+        prompt = torch.randint(0, L + 1, (B,), generator=gen)
+    sinks = torch.randint(0, L, (B, 4), generator=gen)
+    sinks[0] = torch.tensor([0, L // 2, L, -1])  # the first batch also reads out-of-range positions
+    return {
+        "q": rand(case.Hq, R),
+        "k": rand(case.Hkv, L),
+        "v": rand(case.Hkv, L),
+        "key_mask": key_mask.to(device) if case.pad != "none" else None,
+        "prompt_len": prompt.to(device),
+        "sink_positions": sinks.to(device),
+        "scale": case.D**-0.5,
+        "softcap": case.softcap,
+        "window": case.window,
+    }
+
+
+def out_in_dtype(x: dict) -> torch.Tensor:
+    """The attention output computed in the inputs' dtype (FlashAttention's comparison baseline)."""
+    q, k, v = x["q"], x["k"], x["v"]
+    group = q.shape[1] // k.shape[1]
+    work = torch.float16 if q.dtype == torch.float8_e5m2 else q.dtype
+    kk = k.to(work).repeat_interleave(group, dim=1)
+    vv = v.to(work).repeat_interleave(group, dim=1)
+    s = (q.to(work) @ kk.transpose(-1, -2)) * x["scale"]
+    if x["softcap"] is not None:
+        s = x["softcap"] * torch.tanh(s / x["softcap"])
+    B, _, R, L = s.shape
+    vis = naive_visibility(B, R, L, key_mask=x["key_mask"], window=x["window"], device=q.device)
+    s = s.masked_fill(~vis, float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(work)
+    return (p @ vv).to(q.dtype)
+
+
+def check_out(out: torch.Tensor, ref64: torch.Tensor, base: torch.Tensor, floor: float) -> float:
+    """FlashAttention's rule; returns the kernel's max error."""
+    err = (out.double() - ref64).abs().max().item()
+    err_base = (base.double() - ref64).abs().max().item()
+    assert err <= 2 * err_base + floor, f"out error {err:.3g} > 2 * {err_base:.3g} + {floor:.1g}"
+    return err
+
+
+def assert_stats(got: object, ref: object, tol: dict) -> dict[str, float]:
+    """Compares every tensor field of two statistic dataclasses; returns the max error per field."""
+    errors = {}
+    for field in dataclasses.fields(got):
+        g, r = getattr(got, field.name), getattr(ref, field.name)
+        assert g.dtype == torch.float32, field.name
+        torch.testing.assert_close(g.double(), r, **tol, msg=lambda m, n=field.name: f"{n}: {m}")
+        errors[field.name] = (g.double() - r).abs().nan_to_num(0.0).max().item()
+    return errors
+
+
+def run_and_check(case: Case, seed: int) -> dict[str, float]:
+    """Runs the three kernels on one case and checks each output against the fp64 reference."""
+    x = make_inputs(case, seed, device="cuda" if torch.cuda.is_available() else "cpu")
+    common = {n: x[n] for n in ("key_mask", "prompt_len", "scale", "softcap", "window")}
+    tol = STAT_TOL[case.dtype]
+    out, lse, rows = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
+    ref_out, ref_lse, ref_rows = naive_forward(x["q"], x["k"], x["v"], **common)
+    assert out.dtype == case.dtype and out.shape == x["q"].shape
+    errors = {"out": check_out(out, ref_out, out_in_dtype(x), OUT_FLOOR[case.dtype])}
+    torch.testing.assert_close(lse.double(), ref_lse, **tol)
+    errors |= assert_stats(rows, ref_rows, tol)
+
+    lk = lookups_triton(x["q"], x["k"], lse, **common, sink_positions=x["sink_positions"], diag_eps=DIAG_EPS)
+    ref_lk = naive_lookups(x["q"], x["k"], **common, sink_positions=x["sink_positions"], diag_eps=DIAG_EPS)
+    errors |= assert_stats(lk, ref_lk, tol)
+
+    cols = columns_triton(x["q"], x["k"], lse, **common)
+    errors |= assert_stats(cols, naive_columns(x["q"], x["k"], **common), tol)
+    again = columns_triton(x["q"], x["k"], lse, **common)
+    assert torch.equal(cols.sum, again.sum) and torch.equal(cols.mean, again.mean)  # bitwise
+    return errors
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Every float ``torch.empty`` returns NaN-filled memory during the test."""
+    real_empty = torch.empty
+
+    def nan_empty(*size, **kwargs):
+        t = real_empty(*size, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_kernels_match_fp64_reference(case, poisoned):
+    run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
+
+
+def test_second_seed_gqa_window_softcap(poisoned):
+    run_and_check(Case(2, 4, 2, 45, 111, 80, pad="middle", softcap=10.0, window=30, prompt="batch"), seed=7)
+
+
+def test_base_forward_equals_row_stats_forward(poisoned):
+    x = make_inputs(Case(2, 4, 2, 40, 111, 64, pad="middle", window=50), seed=3)
+    common = {n: x[n] for n in ("key_mask", "prompt_len", "scale", "softcap", "window")}
+    out, lse, rows = forward_triton(x["q"], x["k"], x["v"], **common, rows=False)
+    out_t1, lse_t1, _ = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
+    assert rows is None
+    torch.testing.assert_close(out, out_t1, atol=0, rtol=0)
+    torch.testing.assert_close(lse, lse_t1, atol=0, rtol=0)
+
+
+def test_fully_masked_rows_values(poisoned):
+    """A row that sees no key: out 0, lse -inf, statistics 0, diag_log = log(eps), no NaN anywhere."""
+    x = make_inputs(Case(2, 2, 1, 20, 30, 64, pad="empty"), seed=1)
+    common = {n: x[n] for n in ("key_mask", "prompt_len", "scale", "softcap", "window")}
+    out, lse, rows = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
+    lk = lookups_triton(x["q"], x["k"], lse, **common, sink_positions=x["sink_positions"], diag_eps=DIAG_EPS)
+    cols = columns_triton(x["q"], x["k"], lse, **common)
+    assert torch.all(out[1] == 0) and torch.all(lse[1] == float("-inf"))
+    for field in dataclasses.fields(rows):
+        assert torch.all(getattr(rows, field.name)[1] == 0), field.name
+    assert torch.all(lk.diag_log[1] == torch.tensor(math.log(DIAG_EPS), dtype=torch.float32))
+    assert torch.all(lk.prev_weight[1] == 0) and torch.all(lk.sink_weights[1] == 0)
+    assert torch.all(cols.sum[1] == 0) and torch.all(cols.mean[1] == 0)
+    assert torch.isfinite(out).all() and not lse.isnan().any()
+
+
+def test_launcher_rejects_what_the_kernels_cannot_take(monkeypatch):
+    q = torch.zeros(1, 2, 4, 320)
+    k = torch.zeros(1, 1, 8, 320)
+    with pytest.raises(ValueError, match="D <= 256"):
+        forward_triton(
+            q, k, k, key_mask=None, prompt_len=torch.zeros(1, dtype=torch.int64), scale=1.0,
+            softcap=None, window=None, rows=True,
+        )  # fmt: skip
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # read at call time: CPU tensors are then refused
+    with pytest.raises(ValueError, match="CUDA"):
+        columns_triton(
+            q[..., :64], k[..., :64], torch.zeros(1, 2, 4), key_mask=None,
+            prompt_len=torch.zeros(1, dtype=torch.int64), scale=1.0, softcap=None, window=None,
+        )  # fmt: skip
