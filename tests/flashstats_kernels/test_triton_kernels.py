@@ -28,8 +28,9 @@ STAT_TOL = {
     torch.float32: {"atol": 2e-5, "rtol": 2e-5},
     torch.bfloat16: {"atol": 2e-5, "rtol": 2e-5},
     torch.float16: {"atol": 2e-5, "rtol": 2e-5},
+    torch.float8_e5m2: {"atol": 2e-5, "rtol": 2e-5},
 }
-OUT_FLOOR = {torch.float32: 1e-5, torch.bfloat16: 1e-3, torch.float16: 1e-4}
+OUT_FLOOR = {torch.float32: 1e-5, torch.bfloat16: 1e-3, torch.float16: 1e-4, torch.float8_e5m2: 1e-2}
 DIAG_EPS = 1e-30
 
 
@@ -234,3 +235,29 @@ def test_launcher_rejects_what_the_kernels_cannot_take(monkeypatch):
             q[..., :64], k[..., :64], torch.zeros(1, 2, 4), key_mask=None,
             prompt_len=torch.zeros(1, dtype=torch.int64), scale=1.0, softcap=None, window=None,
         )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------
+# The same checks on CUDA (run on the H200 through the device tool): the real compiled kernels, every
+# supported dtype, head dims up to 256, sequences up to 32K. The fp64 reference runs on the GPU.
+
+GPU_CASES = [
+    Case(2, 4, 2, 300, 1000, d, dt, pad="middle", prompt="batch", layout="bthd")
+    for dt in (torch.bfloat16, torch.float16, torch.float8_e5m2)
+    for d in (64, 128, 256)
+] + [
+    Case(1, 4, 1, 200, 700, d, torch.bfloat16, pad="left") for d in (80, 96, 112, 192)
+] + [
+    Case(2, 4, 2, 500, 2000, 128, torch.bfloat16, pad="deep", softcap=30.0, window=256, prompt="batch"),
+    Case(1, 2, 1, 100, 500, 64, torch.float32, pad="middle", window=100),
+    Case(1, 2, 2, 4096, 4096, 128, torch.float16, pad="left", layout="bthd"),
+    Case(1, 4, 1, 2048, 8192, 256, torch.bfloat16, softcap=50.0, prompt="batch"),
+    Case(1, 2, 1, 1024, 32768, 128, torch.bfloat16, pad="middle"),
+]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.id)
+def test_kernels_match_fp64_reference_on_gpu(case, poisoned, record_property):
+    errors = run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
+    record_property("max_abs_errors", ";".join(f"{k}={v:.3g}" for k, v in errors.items()))
