@@ -1,1 +1,34 @@
+"""Statistics from one teacher-forced Transformers forward: the ``"attnstats"`` attention backend."""
+
+from flashstats_hf.attention import (
+    ATTN_IMPLEMENTATION,
+    flashstats_attention_forward,
+    flashstats_mask,
+    register_flashstats,
+)
+from flashstats_hf.formatting import Batch, collate, format_example
+from flashstats_hf.loading import DEFAULT_MODEL, load_model
+from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
+from flashstats_hf.record import DEFAULT_REQUEST, record_forward
+from flashstats_hf.types import ForwardStats
+
 __version__ = "0.1.0"
+
+register_flashstats()
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "DEFAULT_MODEL",
+    "DEFAULT_REQUEST",
+    "LOGIT_STAT_NAMES",
+    "Batch",
+    "ForwardStats",
+    "collate",
+    "flashstats_attention_forward",
+    "flashstats_mask",
+    "format_example",
+    "load_model",
+    "logit_statistics",
+    "record_forward",
+    "register_flashstats",
+]

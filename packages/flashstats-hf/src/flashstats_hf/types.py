@@ -41,6 +41,10 @@ class ForwardStats:
     logit_stat_names: tuple[str, ...] = ()
     """Names of the ``V`` logit statistics, in order."""
     hidden_layers: tuple[int, ...] = ()
-    """Indices of the layers whose hidden states are kept (0 = embeddings, i = output of block i)."""
+    """Indices of the layers whose hidden states are kept: 0 = the input of the first decoder layer
+    (embeddings), ``i >= 1`` = the output of decoder layer ``i - 1`` (0-based), before any final norm."""
     hidden: torch.Tensor | None = None
     """``[B, NH, A, Dm] float32``: hidden states at answer tokens."""
+    response_start: torch.Tensor | None = None
+    """``[B] int64``: padded index of each example's first answer token (answer token ``a`` of
+    example ``b`` sits at padded position ``response_start[b] + a``)."""

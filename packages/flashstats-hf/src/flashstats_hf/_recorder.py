@@ -1,0 +1,189 @@
+"""Per-forward recording state: what the scored layers compute and what they collected.
+
+Everything that depends on the batch (masks, lengths, gather indices, sink positions) is computed
+once per forward, on the device of the inputs, when the :class:`Plan` is built; the attention
+function only slices, calls the kernel and gathers (no host reads inside layers).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+from flashstats_kernels import (
+    AttentionResult,
+    ColumnStats,
+    LookupStats,
+    RowStats,
+    StatsRequest,
+    response_attention,
+)
+
+from flashstats_hf._sdpa import plain_attention, visibility
+
+_ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of the forward running in this context, or None."""
+    return _ACTIVE.get()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Runtime choices and per-batch tensors of one recorded forward.
+
+    Shapes: ``B`` examples, ``L`` padded length, ``R`` response rows (the last ``R`` positions),
+    ``A = R`` answer slots.
+    """
+
+    layers: frozenset[int]
+    """Layer indices to score."""
+    request: StatsRequest
+    """Statistic families; ``sink_positions`` already resolved to a ``[B, S]`` tensor of padded positions."""
+    length: int
+    """Padded sequence length ``L``."""
+    rows: int
+    """Number of response rows ``R`` (the longest answer)."""
+    key_mask: torch.Tensor | None
+    """``[B, L] bool`` True on real tokens, or None on the unpadded fast path."""
+    prompt_len: torch.Tensor | int
+    """``[B] int64`` padded index of each example's first answer token (an int on the fast path)."""
+    row_index: torch.Tensor
+    """``[B, A] int64``: response row of answer token ``a`` (clamped to ``R - 1`` past the answer)."""
+    answer_mask: torch.Tensor
+    """``[B, A] bool``: True where answer token ``a`` exists."""
+    backend: str = "auto"
+    """Kernel backend (``"auto"``: Triton on CUDA, PyTorch on CPU)."""
+
+
+@dataclass
+class LayerStats:
+    """Statistics of one scored layer, answer-aligned: row fields ``[B, Hq, A]``, columns ``[B, Hq, L]``."""
+
+    rows: RowStats | None
+    lookups: LookupStats | None
+    columns: ColumnStats | None
+
+
+@dataclass
+class Recorder:
+    """Context manager that makes the ``"attnstats"`` attention score the planned layers."""
+
+    plan: Plan
+    results: dict[int, LayerStats] = field(default_factory=dict)
+    _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
+    _token: object = None
+
+    def __enter__(self) -> Recorder:
+        if _ACTIVE.get() is not None:
+            raise RuntimeError("flashstats: record_forward calls cannot be nested")
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.reset(self._token)
+        self._masks.clear()
+
+    def wants(self, layer_idx: object) -> bool:
+        """Whether the layer with this index is to be scored."""
+        return isinstance(layer_idx, int) and layer_idx in self.plan.layers
+
+    def matches(self, query: torch.Tensor, key: torch.Tensor) -> bool:
+        """Whether a layer call covers the recorded input (self-attention over all ``L`` positions)."""
+        length = self.plan.length
+        return query.shape[0] == self.plan.row_index.shape[0] and query.shape[2] == length == key.shape[2]
+
+    def cannot_score(self, query: torch.Tensor, key: torch.Tensor, exotic: bool) -> str | None:
+        """Why this layer call cannot be scored, or None when it can."""
+        if exotic:
+            return "non-causal attention, a position bias, or a mask pattern other than causal/sliding"
+        if not self.matches(query, key):
+            return "cross-attention or a cached call (queries and keys do not cover the recorded input)"
+        return None
+
+    def full_mask(self, window: int | None) -> torch.Tensor | None:
+        """Visibility of every row (cached per window), None for plain causal attention."""
+        return self._mask("full", window)
+
+    def _mask(self, kind: str, window: int | None) -> torch.Tensor | None:
+        if (kind, window) not in self._masks:
+            n = self.plan.length if kind == "full" else self.plan.length - self.plan.rows
+            keep = self.plan.key_mask
+            if keep is None and window is None:
+                mask = None
+            else:
+                pos = torch.arange(n, device=self.plan.row_index.device)
+                mask = visibility(pos, n, None if keep is None else keep[:, :n], window)
+            self._masks[(kind, window)] = mask
+        return self._masks[(kind, window)]
+
+    def score_layer(
+        self,
+        layer_idx: int,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        scale: float,
+        softcap: float | None,
+        window: int | None,
+    ) -> torch.Tensor:
+        """Split attention: prompt rows on SDPA, response rows on the kernel; ``[B, Hq, L, D]``."""
+        plan = self.plan
+        n_prompt = plan.length - plan.rows
+        out_prompt = plain_attention(
+            query[:, :, :n_prompt],
+            key[:, :, :n_prompt],
+            value[:, :, :n_prompt],
+            self._mask("prompt", window),
+            scale=scale,
+            softcap=softcap,
+        )
+        result = response_attention(
+            query[:, :, n_prompt:],
+            key,
+            value,
+            request=plan.request,
+            key_mask=plan.key_mask,
+            prompt_len=plan.prompt_len,
+            scale=scale,
+            softcap=softcap,
+            window=window,
+            backend=plan.backend,
+        )
+        self.results[layer_idx] = self._answer_aligned(result)
+        return torch.cat([out_prompt, result.out], dim=2)
+
+    def _answer_aligned(self, result: AttentionResult) -> LayerStats:
+        """Moves row statistics from the response-row axis to the answer axis (zero past each answer)."""
+        heads = result.lse.shape[1]
+        index = self.plan.row_index[:, None, :].expand(-1, heads, -1)  # [B, Hq, A]
+        keep = self.plan.answer_mask[:, None, :]  # [B, 1, A]
+
+        def take(x: torch.Tensor) -> torch.Tensor:
+            if x.ndim == 4:  # sink weights [B, Hq, R, S]
+                got = x.gather(2, index[..., None].expand(-1, -1, -1, x.shape[-1]))
+                return torch.where(keep[..., None], got, 0.0).float()
+            return torch.where(keep, x.gather(2, index), 0.0).float()
+
+        rows = lookups = None
+        if result.rows is not None:
+            r = result.rows
+            rows = RowStats(
+                *(
+                    take(t)
+                    for t in (
+                        r.entropy,
+                        r.normalized_entropy,
+                        r.prompt_mass,
+                        r.max_weight,
+                        r.effective_support,
+                    )
+                )
+            )
+        if result.lookups is not None:
+            lk = result.lookups
+            lookups = LookupStats(take(lk.diag_log), take(lk.prev_weight), take(lk.sink_weights))
+        return LayerStats(rows=rows, lookups=lookups, columns=result.columns)

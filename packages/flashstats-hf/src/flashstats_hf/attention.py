@@ -1,0 +1,208 @@
+"""The ``"attnstats"`` attention implementation and its mask function for Transformers.
+
+Transformers looks attention functions up by name in ``AttentionInterface`` and builds each
+layer's mask with the function of the same name in ``AttentionMaskInterface``. Our mask function
+hands padding over as a ``[B, L]`` keep mask (plain causal or sliding-window causal patterns) and
+falls back to a dense 4-D boolean mask for any other pattern (bidirectional, chunked, packed or
+user-extended masks, cached decoding); layers that receive a dense mask are never scored.
+
+Outside :func:`flashstats_hf.record_forward` the attention is plain causal attention (PyTorch SDPA,
+or an fp32 matmul path for soft-capped scores). Inside it, the scored layers split their rows:
+prompt rows on SDPA, response rows on :func:`flashstats_kernels.response_attention`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
+
+from flashstats_hf._recorder import active_recorder
+from flashstats_hf._sdpa import plain_attention, visibility
+
+ATTN_IMPLEMENTATION = "attnstats"
+"""Name under which the attention function and its mask function are registered.
+
+Not ``"flashstats"``: Transformers treats every implementation name that contains ``"flash"`` as a
+FlashAttention variant (``is_flash_attention_requested``) and tries to load it as a hub kernel."""
+
+
+def register_flashstats() -> str:
+    """Register the ``"attnstats"`` attention and mask functions with Transformers (idempotent).
+
+    Importing :mod:`flashstats_hf` already calls this; afterwards
+    ``AutoModelForCausalLM.from_pretrained(..., attn_implementation="attnstats")`` and
+    ``model.set_attn_implementation("attnstats")`` work.
+
+    Returns:
+        The registered implementation name, ``"attnstats"``.
+    """
+    AttentionInterface.register(ATTN_IMPLEMENTATION, flashstats_attention_forward)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, flashstats_mask)
+    return ATTN_IMPLEMENTATION
+
+
+def flashstats_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Callable = causal_mask_function,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs,
+) -> torch.Tensor | None:
+    """Mask function registered as ``"attnstats"`` in ``AttentionMaskInterface``.
+
+    Args:
+        batch_size: batch size ``B``.
+        q_length: number of query positions.
+        kv_length: number of key positions ``L``.
+        q_offset: position of the first query (non-zero only with a cache).
+        kv_offset: position of the first key (non-zero only with a cache).
+        mask_function: Transformers' mask pattern (causal, sliding, or a composition).
+        attention_mask: [B, >=L] bool or None. True on real tokens.
+        **kwargs: the other arguments Transformers passes (``local_size`` for sliding layers,
+            ``allow_is_causal_skip``, ``use_vmap``, ``device``, ...).
+
+    Returns:
+        ``[B, L]`` bool keep mask (True on real keys) or None for plain causal or sliding-window
+        causal patterns; otherwise the dense ``[B, 1, q_length, L]`` bool mask of ``sdpa_mask``.
+    """
+    plain_causal = mask_function is causal_mask_function
+    plain_sliding = kwargs.get("local_size") is not None and kwargs.get("allow_is_causal_skip", True)
+    no_offsets = not isinstance(q_offset, torch.Tensor) and q_offset == 0 and kv_offset == 0
+    if (plain_causal or plain_sliding) and not kwargs.get("use_vmap", False) and no_offsets:
+        if attention_mask is None:
+            return None
+        return attention_mask[:, -kv_length:].to(torch.bool)
+    return sdpa_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        mask_function=mask_function,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
+
+
+def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
+    """The sliding window of a layer and whether we are sure of it."""
+    window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
+    config = getattr(module, "config", None)
+    layer_types = getattr(config, "layer_types", None)
+    layer_idx = getattr(module, "layer_idx", None)
+    if (
+        window is None
+        and layer_types is not None
+        and isinstance(layer_idx, int)
+        and layer_idx < len(layer_types)
+    ):
+        # A sliding layer whose module did not tell us its window: do not guess.
+        return None, layer_types[layer_idx] != "sliding_attention"
+    return window, True
+
+
+def flashstats_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention function registered as ``"attnstats"`` in ``AttentionInterface``.
+
+    Args:
+        module: the calling attention module (``layer_idx`` selects scored layers).
+        query: [B, Hq, Lq, D]. Queries (rotary embeddings applied).
+        key: [B, Hkv, L, D]. Keys.
+        value: [B, Hkv, L, D]. Values.
+        attention_mask: what :func:`flashstats_mask` returned: [B, L] bool keep mask, None, or a
+            dense [B, 1, Lq, L] mask for patterns we do not score.
+        dropout: attention dropout probability.
+        scaling: score scale (default ``D ** -0.5``).
+        sliding_window: the layer's sliding window, or None.
+        softcap: the layer's score soft-capping constant, or None.
+        is_causal: overrides ``module.is_causal``.
+        **kwargs: other arguments from the model (``position_bias`` is delegated to SDPA).
+
+    Returns:
+        ``([B, Lq, Hq, D] attention output, None)``: no attention weights are returned.
+    """
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    window, window_known = _layer_window(module, sliding_window)
+    if not window_known:
+        raise ValueError(
+            f"flashstats: layer {getattr(module, 'layer_idx', '?')} is a sliding-window layer but its "
+            "attention module passes no `sliding_window`; expected the window as an argument or attribute"
+        )
+    recorder = active_recorder()
+    layer_idx = getattr(module, "layer_idx", None)
+    structured = attention_mask is None or attention_mask.ndim == 2
+    exotic = kwargs.get("position_bias") is not None or not causal or not structured
+    if recorder is not None and recorder.wants(layer_idx):
+        reason = recorder.cannot_score(query, key, exotic)
+        if reason is None:
+            out = recorder.score_layer(
+                layer_idx, query, key, value, scale=scale, softcap=softcap, window=window
+            )
+            return out.transpose(1, 2).contiguous(), None
+        warnings.warn(f"flashstats: layer {layer_idx} runs unscored: {reason}", stacklevel=2)
+    if exotic:
+        out = _exotic_attention(
+            module, query, key, value, attention_mask, dropout, scale, softcap, causal, kwargs
+        )
+        return out, None
+    mask = _full_mask(query, key, attention_mask, window, recorder)
+    out = plain_attention(query, key, value, mask, scale=scale, softcap=softcap, dropout=dropout)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _exotic_attention(
+    module, query, key, value, mask, dropout, scale, softcap, causal, kwargs
+) -> torch.Tensor:
+    """Unscored attention for dense masks, non-causal layers or position biases: ``[B, Lq, Hq, D]``."""
+    lq, lk = query.shape[2], key.shape[2]
+    if mask is not None and mask.ndim == 2:  # a keep mask on a non-causal or position-biased layer
+        if causal:
+            mask = visibility(torch.arange(lk - lq, lk, device=query.device), lk, mask, None)
+        else:
+            mask = mask[:, None, None, :]
+    if softcap is None:
+        kwargs.pop("output_attentions", None)
+        return sdpa_attention_forward(
+            module, query, key, value, mask, dropout, scaling=scale, is_causal=causal, **kwargs
+        )[0]
+    if kwargs.get("position_bias") is not None:
+        raise ValueError("flashstats: soft-capped attention with a position bias is not supported")
+    if mask is None:
+        mask = visibility(torch.arange(lk - lq, lk, device=query.device), lk, None, None) if causal else None
+    elif mask.dtype != torch.bool:
+        mask = mask > torch.finfo(mask.dtype).min / 2
+    if mask is None:
+        mask = torch.ones(1, 1, lq, lk, dtype=torch.bool, device=query.device)
+    out = plain_attention(query, key, value, mask, scale=scale, softcap=softcap, dropout=dropout)
+    return out.transpose(1, 2).contiguous()
+
+
+def _full_mask(query, key, keep, window, recorder) -> torch.Tensor | None:
+    """Mask of an unscored layer over all rows (cached per forward by the recorder)."""
+    if recorder is not None and recorder.matches(query, key):
+        return recorder.full_mask(window)
+    lq, lk = query.shape[2], key.shape[2]
+    if keep is None and window is None and lq == lk:
+        return None
+    return visibility(torch.arange(lk - lq, lk, device=query.device), lk, keep, window)

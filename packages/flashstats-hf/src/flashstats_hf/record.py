@@ -1,0 +1,337 @@
+"""One teacher-forced forward that returns attention, logit and hidden-state statistics of the answer."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
+
+from flashstats_hf._recorder import LayerStats, Plan, Recorder
+from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
+from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
+from flashstats_hf.types import ForwardStats
+
+DEFAULT_REQUEST = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0,))
+"""Request used when ``record_forward`` gets none: every family, one sink at each example's first token."""
+
+_LOGIT_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Validated inputs and the per-forward index tensors (all on the device of ``input_ids``)."""
+
+    key_mask: torch.Tensor  # [B, L] bool
+    padded: bool  # whether any key is padding
+    response_start: torch.Tensor  # [B] int64
+    answer_len: torch.Tensor  # [B] int64
+    prompt_len: torch.Tensor  # [B] int64, real tokens before the answer
+    rows: int  # R = max answer length
+    answer_mask: torch.Tensor  # [B, A] bool
+    answer_pos: torch.Tensor  # [B, A] int64 padded position of answer token a (clamped)
+    row_index: torch.Tensor  # [B, A] int64 response row of answer token a (clamped)
+
+
+def _as_batch(input_ids: object, response_start: object, attention_mask: object) -> _Batch:
+    """Validates the inputs (left padding, at least one prompt and one answer token) and indexes them."""
+    if (
+        not isinstance(input_ids, torch.Tensor)
+        or input_ids.ndim != 2
+        or input_ids.dtype
+        not in (
+            torch.int64,
+            torch.int32,
+        )
+    ):
+        raise TypeError(f"input_ids must be a [B, L] int64 tensor, got {_describe(input_ids)}")
+    batch, length = input_ids.shape
+    device = input_ids.device
+    if attention_mask is None:
+        key_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
+    elif isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
+        key_mask = attention_mask.to(device=device, dtype=torch.bool)
+    else:
+        raise ValueError(
+            f"attention_mask must be None or a [B, L] = {tuple(input_ids.shape)} tensor, got "
+            f"{_describe(attention_mask)}"
+        )
+    if not bool((key_mask[:, 1:] >= key_mask[:, :-1]).all() and key_mask[:, -1].all()):
+        raise ValueError(
+            "attention_mask must be left-padded: zeros (padding) then ones, ending on a real token"
+        )
+    start = _response_start(response_start, batch, device)
+    n_pad = length - key_mask.sum(dim=1)
+    answer_len, prompt_len = length - start, start - n_pad
+    if bool((answer_len < 1).any() or (prompt_len < 1).any()):
+        raise ValueError(
+            f"response_start must lie in [first real token + 1, L - 1] = [{(n_pad + 1).tolist()}, "
+            f"{length - 1}] (at least one prompt and one answer token), got {start.tolist()}"
+        )
+    rows = int(answer_len.max())
+    a = torch.arange(rows, device=device)
+    return _Batch(
+        key_mask=key_mask,
+        padded=not bool(key_mask.all()),
+        response_start=start,
+        answer_len=answer_len,
+        prompt_len=prompt_len,
+        rows=rows,
+        answer_mask=a[None, :] < answer_len[:, None],
+        answer_pos=(start[:, None] + a[None, :]).clamp(max=length - 1),
+        row_index=(rows - answer_len[:, None] + a[None, :]).clamp(max=rows - 1),
+    )
+
+
+def _response_start(value: object, batch: int, device: torch.device) -> torch.Tensor:
+    if isinstance(value, bool):
+        raise TypeError("response_start must be an int or a [B] integer tensor, got a bool")
+    if isinstance(value, int):
+        return torch.full((batch,), value, dtype=torch.int64, device=device)
+    if isinstance(value, Sequence) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = torch.tensor(list(value), dtype=torch.int64)
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dtype == torch.bool:
+        raise TypeError(f"response_start must be an int or a [B] integer tensor, got {_describe(value)}")
+    if value.shape != (batch,):
+        raise ValueError(f"response_start must have shape [B] = [{batch}], got {tuple(value.shape)}")
+    return value.to(device=device, dtype=torch.int64)
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
+def _layer_indices(value: object, count: int, name: str) -> tuple[int, ...]:
+    """Sorted, de-duplicated layer indices in ``[0, count)``; None means all."""
+    if value is None:
+        return tuple(range(count))
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, Sequence) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        raise TypeError(f"{name} must be None, an int or a sequence of ints, got {value!r}")
+    bad = [i for i in value if not 0 <= i < count]
+    if bad:
+        raise ValueError(f"{name} must lie in [0, {count}), got {bad}")
+    return tuple(sorted(set(value)))
+
+
+def _resolve_request(request: object, batch: _Batch) -> StatsRequest:
+    """The request with sink positions as a ``[B, S]`` tensor of padded positions.
+
+    A tuple of sink positions counts from each example's first real token; a ``[B, S]`` tensor is
+    taken as padded positions unchanged.
+    """
+    if request is None:
+        request = DEFAULT_REQUEST
+    if not isinstance(request, StatsRequest):
+        raise TypeError(
+            f"request must be a flashstats_kernels.StatsRequest or None, got {type(request).__name__}"
+        )
+    sinks = request.sink_positions
+    b, device = batch.key_mask.shape[0], batch.key_mask.device
+    if isinstance(sinks, torch.Tensor):
+        if sinks.ndim != 2 or sinks.shape[0] != b:
+            raise ValueError(
+                f"request.sink_positions must be a tuple or a [B, S] = [{b}, S] tensor, got "
+                f"{tuple(sinks.shape)}"
+            )
+        sinks = sinks.to(device=device, dtype=torch.int64)
+    else:
+        offsets = torch.tensor(tuple(sinks), dtype=torch.int64, device=device).reshape(1, -1)
+        n_pad = batch.key_mask.shape[1] - batch.key_mask.sum(dim=1, keepdim=True)
+        sinks = n_pad + offsets
+    return dataclasses.replace(request, sink_positions=sinks)
+
+
+def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleList]:
+    """The model body (without LM head) and its list of decoder layers."""
+    body = getattr(model, "base_model", model)
+    layers = getattr(body, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise TypeError(
+            f"expected a decoder-only Transformers model whose body ({type(body).__name__}) has `.layers`, "
+            f"got {type(model).__name__}"
+        )
+    return body, layers
+
+
+class _HiddenCapture:
+    """Forward hooks that keep the states of the requested layers at the answer positions only."""
+
+    def __init__(self, layers: torch.nn.ModuleList, indices: tuple[int, ...], batch: _Batch) -> None:
+        self.indices, self.batch, self.layers = indices, batch, layers
+        self.states: dict[int, torch.Tensor] = {}
+        self._handles: list = []
+
+    def _keep(self, index: int, hidden: torch.Tensor) -> None:
+        pos = self.batch.answer_pos[..., None].expand(-1, -1, hidden.shape[-1])  # [B, A, Dm]
+        got = hidden.gather(1, pos).float()
+        self.states[index] = torch.where(self.batch.answer_mask[..., None], got, 0.0)
+
+    def __enter__(self) -> _HiddenCapture:
+        for index in self.indices:
+            if index == 0:
+
+                def pre(module, args, kwargs, index=index):
+                    self._keep(index, args[0] if args else kwargs["hidden_states"])
+
+                handle = self.layers[0].register_forward_pre_hook(pre, with_kwargs=True)
+            else:
+
+                def post(module, args, output, index=index):
+                    self._keep(index, output[0] if isinstance(output, tuple) else output)
+
+                handle = self.layers[index - 1].register_forward_hook(post)
+            self._handles.append(handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _stack_layers(
+    results: list[LayerStats],
+) -> tuple[RowStats | None, LookupStats | None, ColumnStats | None]:
+    """Stacks per-layer statistics on a new layer axis (dim 1): ``[B, NL, Hq, ...]``."""
+    if not results:
+        return None, None, None
+
+    def stack(kind: type, attr: str):
+        parts = [getattr(r, attr) for r in results]
+        if any(p is None for p in parts):
+            return None
+        names = [f.name for f in dataclasses.fields(kind)]
+        return kind(*(torch.stack([getattr(p, n) for p in parts], dim=1) for n in names))
+
+    return stack(RowStats, "rows"), stack(LookupStats, "lookups"), stack(ColumnStats, "columns")
+
+
+def _logit_block(
+    model: torch.nn.Module, last: torch.Tensor, input_ids: torch.Tensor, batch: _Batch
+) -> torch.Tensor:
+    """``[B, A, 7] float32`` statistics of the next-token distributions that predict answer tokens."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
+    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    pos = (batch.answer_pos - 1)[..., None].expand(-1, -1, last.shape[-1])
+    hidden = last.gather(1, pos)[batch.answer_mask]  # [N, Dm]
+    targets = input_ids.gather(1, batch.answer_pos)[batch.answer_mask].long()  # [N]
+    parts = []
+    for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
+        logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
+        if cap is not None:
+            logits = cap * torch.tanh(logits / cap)
+        parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
+    out = torch.zeros(*batch.answer_mask.shape, len(LOGIT_STAT_NAMES), device=last.device)
+    out[batch.answer_mask] = torch.cat(parts)
+    return out
+
+
+def record_forward(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    response_start: int | Sequence[int] | torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    request: StatsRequest | None = None,
+    layers: int | Sequence[int] | None = None,
+    logits: bool = True,
+    hidden_layers: int | Sequence[int] | None = None,
+    backend: str = "auto",
+) -> ForwardStats:
+    """Runs one teacher-forced forward and returns the statistics of the answer tokens.
+
+    The model must use the ``"attnstats"`` attention implementation (:func:`flashstats_hf.load_model`
+    sets it; otherwise ``from_pretrained(..., attn_implementation="attnstats")`` or
+    ``model.set_attn_implementation("attnstats")``) and be in eval mode. On each scored layer, prompt
+    rows run on PyTorch SDPA and the last ``R`` rows (``R`` = longest answer) on
+    :func:`flashstats_kernels.response_attention`; other layers run plain SDPA. Layers that cannot be
+    scored (non-causal, cross-attention, custom mask patterns) run unscored with a warning and are
+    left out of ``ForwardStats.layers``. The LM head is applied only at the positions that predict
+    answer tokens.
+
+    Args:
+        model: a decoder-only Transformers causal LM (Llama, Qwen2/3, Mistral, Gemma2/3 text, ...).
+        input_ids: [B, L] int64. Left-padded token ids; every example ends with its answer.
+        response_start: int or [B] int64. Padded index of each example's first answer token.
+        attention_mask: [B, L] bool/int or None. 1 on real tokens, 0 on left padding (None: no padding).
+        request: statistic families and sink positions. None: rows, lookups and columns with one
+            sink at each example's first real token. Tuple sink positions count from each example's
+            first real token; a ``[B, S]`` tensor gives padded positions.
+        layers: indices of the layers to score; None scores every layer.
+        logits: whether to compute the seven logit statistics (:data:`flashstats_hf.LOGIT_STAT_NAMES`).
+        hidden_layers: hidden states to keep at answer tokens (0 = embeddings, ``i`` = output of
+            decoder layer ``i - 1``); None keeps none.
+        backend: kernel backend: ``"auto"`` (Triton on CUDA, PyTorch on CPU), ``"torch"`` or ``"triton"``.
+
+    Returns:
+        ForwardStats with answer-aligned statistics (see :class:`flashstats_hf.ForwardStats`).
+
+    Shape:
+        - rows / lookups: ``[B, NL, Hq, A]`` (sinks ``[B, NL, Hq, A, S]``), columns ``[B, NL, Hq, L]``,
+          logit_stats ``[B, A, 7]``, hidden ``[B, NH, A, Dm]``, with ``A`` the longest answer.
+    """
+    register_flashstats()
+    if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
+        raise ValueError(
+            f"model must use attn_implementation={ATTN_IMPLEMENTATION!r}, got "
+            f"{getattr(model.config, '_attn_implementation', None)!r}: load it with "
+            f"attn_implementation={ATTN_IMPLEMENTATION!r} or call model.set_attn_implementation(...)"
+        )
+    if model.training:
+        raise ValueError("model must be in eval mode (call model.eval()) for record_forward")
+    body, decoder_layers = _decoder(model)
+    batch = _as_batch(input_ids, response_start, attention_mask)
+    scored = _layer_indices(layers, len(decoder_layers), "layers")
+    kept = (
+        ()
+        if hidden_layers is None
+        else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
+    )
+    single = input_ids.shape[0] == 1 and not batch.padded
+    plan = Plan(
+        layers=frozenset(scored),
+        request=_resolve_request(request, batch),
+        length=input_ids.shape[1],
+        rows=batch.rows,
+        key_mask=batch.key_mask if batch.padded else None,
+        prompt_len=int(batch.response_start[0]) if single else batch.response_start,
+        row_index=batch.row_index,
+        answer_mask=batch.answer_mask,
+        backend=backend,
+    )
+    position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
+    recorder = Recorder(plan)
+    with torch.no_grad(), recorder, _HiddenCapture(decoder_layers, kept, batch) as capture:
+        out = body(
+            input_ids=input_ids,
+            attention_mask=batch.key_mask if batch.padded else None,
+            position_ids=position_ids,
+            use_cache=False,
+        )
+        logit_stats = _logit_block(model, out[0], input_ids, batch) if logits else None
+    done = tuple(i for i in scored if i in recorder.results)
+    rows, lookups, columns = _stack_layers([recorder.results[i] for i in done])
+    return ForwardStats(
+        layers=done,
+        answer_mask=batch.answer_mask,
+        answer_len=batch.answer_len,
+        prompt_len=batch.prompt_len,
+        key_mask=batch.key_mask,
+        rows=rows,
+        lookups=lookups,
+        columns=columns,
+        logit_stats=logit_stats,
+        logit_stat_names=LOGIT_STAT_NAMES if logits else (),
+        hidden_layers=kept,
+        hidden=torch.stack([capture.states[i] for i in kept], dim=1) if kept else None,
+        response_start=batch.response_start,
+    )
