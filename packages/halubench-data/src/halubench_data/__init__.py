@@ -4,7 +4,9 @@ Labels everywhere: 1 = hallucinated (the context does not support the answer), 0
 Scores everywhere: higher means more likely hallucinated.
 """
 
+from .baselines import answer_lengths, length_baseline, text_only_baselines, tfidf_baseline
 from .dataset import Dataset, Drop, LoadReport, concat
+from .default import build_default
 from .io import RecordError, atomic_write_text, example_from_dict, example_to_dict, read_jsonl, write_jsonl
 from .metrics import (
     EvalResult,
@@ -24,6 +26,11 @@ from .schema import SPLITS, Example, Span, Split
 __version__ = "0.1.0"
 
 __all__ = [
+    "answer_lengths",
+    "build_default",
+    "length_baseline",
+    "text_only_baselines",
+    "tfidf_baseline",
     "SPLITS",
     "Dataset",
     "Drop",
