@@ -8,6 +8,17 @@ from .baselines import answer_lengths, length_baseline, text_only_baselines, tfi
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
 from .io import RecordError, atomic_write_text, example_from_dict, example_to_dict, read_jsonl, write_jsonl
+from .leakage import (
+    UnionFind,
+    assign_splits,
+    balance_lengths,
+    filings_linked,
+    link_groups,
+    long_numbers,
+    ngram_share,
+    word_jaccard,
+    word_ngrams,
+)
 from .metrics import (
     EvalResult,
     PairedBootstrap,
@@ -26,6 +37,15 @@ from .schema import SPLITS, Example, Span, Split
 __version__ = "0.1.0"
 
 __all__ = [
+    "UnionFind",
+    "assign_splits",
+    "balance_lengths",
+    "filings_linked",
+    "link_groups",
+    "long_numbers",
+    "ngram_share",
+    "word_jaccard",
+    "word_ngrams",
     "answer_lengths",
     "build_default",
     "length_baseline",
