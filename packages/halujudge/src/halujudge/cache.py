@@ -56,7 +56,12 @@ class ScoreCache:
                 continue
             try:
                 record = json.loads(raw)
-                key = (str(record["model"]), str(record["method"]), str(record["id"]), str(record["text_hash"]))
+                key = (
+                    str(record["model"]),
+                    str(record["method"]),
+                    str(record["id"]),
+                    str(record["text_hash"]),
+                )
                 score = float(record["score"])
             except (ValueError, KeyError, TypeError) as err:
                 if is_last:  # no trailing newline: an interrupted append

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from halujudge.cache import ScoreCache, text_hash
 from halujudge.judge import _first_reply_token, apply_chat
 from halujudge.loading import WeightsNotFoundError, load_pretrained, resolve_source
 from halujudge.text import chunk_document, split_sentences
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["HHEM", "MiniCheck"]
 
@@ -25,13 +27,17 @@ Style = Literal["seq2seq", "causal", "classifier"]
 # Bespoke-MiniCheck-7B was trained with this instruction in the system turn and "Document: ...\nClaim: ..."
 # in the user turn; the model must see the same input to give calibrated answers, so it is kept verbatim.
 MINICHECK_SYSTEM = (
-    "Determine whether the provided claim is consistent with the corresponding document. Consistency in this "
-    "context implies that all information presented in the claim is substantiated by the document. If not, it "
-    'should be considered inconsistent. Please assess the claim\'s consistency with the document by responding '
-    'with either "Yes" or "No".'
+    "Determine whether the provided claim is consistent with the corresponding document. Consistency in "
+    "this context implies that all information presented in the claim is substantiated by the document. "
+    "If not, it should be considered inconsistent. Please assess the claim's consistency with the document "
+    'by responding with either "Yes" or "No".'
 )
 # HHEM-2.1-Open's input format (its config's ``prompt``); the leading "<pad>" is the tokenizer's pad token.
-HHEM_PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nPremise: {premise}\n\nHypothesis: {hypothesis}"
+HHEM_PROMPT = (
+    "<pad> Determine if the hypothesis is true given the premise?"
+    "\n\nPremise: {premise}"
+    "\n\nHypothesis: {hypothesis}"
+)
 
 
 def _premise(example: Any, include_question: bool) -> str:
@@ -59,7 +65,9 @@ class _PairScorer:
         """
         out = np.empty(len(pairs))
         for start in range(0, len(pairs), self.batch_size):
-            out[start : start + self.batch_size] = self._support_batch(list(pairs[start : start + self.batch_size]))
+            out[start : start + self.batch_size] = self._support_batch(
+                list(pairs[start : start + self.batch_size])
+            )
         return out
 
     def _support_batch(self, pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -118,7 +126,8 @@ class MiniCheck(_PairScorer):
       starts from its start token and the support is the softmax of the first step's logits over the first
       tokens of ``"0"`` (unsupported) and ``"1"`` (supported).
     * ``causal`` (Bespoke-MiniCheck-7B): the chat template renders MiniCheck's system instruction and
-      ``"Document: {chunk}\\nClaim: {claim}"``; the support is the next-token probability of ``Yes``/``yes``.
+      ``"Document: {chunk}"``, a line break and ``"Claim: {claim}"``; the support is the next-token
+      probability of ``Yes``/``yes``.
     * ``classifier`` (MiniCheck-RoBERTa/DeBERTa): one text ``chunk + eos + claim``; support = softmax[:, 1].
 
     Args:
@@ -163,7 +172,9 @@ class MiniCheck(_PairScorer):
             self._yes_ids = sorted({_first_reply_token(tokenizer, prompt, w) for w in ("Yes", "yes")})
 
     @classmethod
-    def from_pretrained(cls, model: str | Path, style: Style | None = None, device: str = "cpu", **kwargs: Any):
+    def from_pretrained(
+        cls, model: str | Path, style: Style | None = None, device: str = "cpu", **kwargs: Any
+    ):
         """Load a MiniCheck model from a hub id or a local snapshot; the style is read from its config.
 
         Raises:
@@ -178,7 +189,11 @@ class MiniCheck(_PairScorer):
             archs = " ".join(getattr(config, "architectures", None) or [])
             is_cls = "SequenceClassification" in archs
             style = "seq2seq" if config.is_encoder_decoder else "classifier" if is_cls else "causal"
-        loader = {"seq2seq": AutoModelForSeq2SeqLM, "causal": AutoModelForCausalLM, "classifier": AutoClassifier}
+        loader = {
+            "seq2seq": AutoModelForSeq2SeqLM,
+            "causal": AutoModelForCausalLM,
+            "classifier": AutoClassifier,
+        }
         tokenizer = load_pretrained(AutoTokenizer, source, "MiniCheck tokenizer")
         net = load_pretrained(loader[style], source, "MiniCheck checker").to(device).eval()
         return cls(net, tokenizer, style=style, model_id=source.name, **kwargs)
@@ -202,23 +217,27 @@ class MiniCheck(_PairScorer):
         device = next(self.model.parameters()).device
         return {k: v.to(device) for k, v in self.tokenizer(texts, **kwargs).items()}
 
-    @torch.no_grad()
     def _support_batch(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        import torch
+
         eos = self.tokenizer.eos_token or ""
         if self.style == "seq2seq":
             enc = self._encode([f"predict: {doc}{eos}{claim}" for doc, claim in pairs])
             start = self.model.config.decoder_start_token_id
             dec = torch.full((len(pairs), 1), start, dtype=torch.long, device=enc["input_ids"].device)
-            logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, self._label_ids]
+            with torch.no_grad():
+                logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, self._label_ids]
             return torch.softmax(logits.double(), -1)[:, 1].cpu().numpy()
         if self.style == "classifier":
-            logits = self.model(**self._encode([f"{doc}{eos}{claim}" for doc, claim in pairs])).logits
+            with torch.no_grad():
+                logits = self.model(**self._encode([f"{doc}{eos}{claim}" for doc, claim in pairs])).logits
             return torch.softmax(logits.double(), -1)[:, 1].cpu().numpy()
         prompts = [apply_chat(self.tokenizer, self._messages(doc, claim)) for doc, claim in pairs]
         enc = self._encode(prompts, padding_side="left")
         enc.pop("token_type_ids", None)
         positions = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(**enc, position_ids=positions).logits[:, -1, :]
+        with torch.no_grad():
+            logits = self.model(**enc, position_ids=positions).logits[:, -1, :]
         probs = torch.softmax(logits.double(), -1)
         return probs[:, self._yes_ids].sum(-1).cpu().numpy()
 
@@ -227,12 +246,12 @@ class HHEM(_PairScorer):
     """HHEM-2.1-Open: the probability that a premise supports a hypothesis, chunked above 8,192 tokens.
 
     The premise is the context (after ``"Question: ..."`` when present and ``include_question``), the
-    hypothesis the whole answer. The input is HHEM's prompt ``"<pad> Determine if the hypothesis is true
-    given the premise?\\n\\nPremise: ...\\n\\nHypothesis: ..."``; the model is a T5 encoder with a two-way
-    token-classification head (``T5ForTokenClassification``, as HHEM's remote code wraps it) and the support
-    is the softmax of the first position's logits, class 1. When the prompt exceeds ``max_tokens``, the
-    premise is cut into chunks that fit and the highest support is kept. Score = 1 - support (higher = more
-    likely hallucinated).
+    hypothesis the whole answer. The input is HHEM's prompt: ``"<pad> Determine if the hypothesis is true
+    given the premise?"``, then ``"Premise: ..."`` and ``"Hypothesis: ..."`` after blank lines. The model is a
+    T5 encoder with a two-way token-classification head (``T5ForTokenClassification``, as HHEM's remote code
+    wraps it) and the support is the softmax of the first position's logits, class 1. When the prompt exceeds
+    ``max_tokens``, the premise is cut into chunks that fit and the highest support is kept.
+    Score = 1 - support (higher = more likely hallucinated).
 
     Args:
         model: a module called as ``model(input_ids=..., attention_mask=...)`` whose output has
@@ -311,13 +330,19 @@ class HHEM(_PairScorer):
             return [[(premise, hypothesis)]]
         budget = self.max_tokens - overhead
         if budget < 8:
-            raise ValueError(f"example {example.id!r}: the hypothesis alone nearly fills max_tokens={self.max_tokens}")
+            raise ValueError(
+                f"example {example.id!r}: the hypothesis alone nearly fills max_tokens={self.max_tokens}"
+            )
         return [[(chunk, hypothesis) for chunk in chunk_document(premise, budget, self._count)]]
 
-    @torch.no_grad()
     def _support_batch(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        import torch
+
         texts = [HHEM_PROMPT.format(premise=p, hypothesis=h) for p, h in pairs]
         enc = self.tokenizer(texts, padding=True, return_tensors="pt")
         device = next(self.model.parameters()).device
-        logits = self.model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device))
+        with torch.no_grad():
+            logits = self.model(
+                input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device)
+            )
         return torch.softmax(logits.logits[:, 0, :].double(), -1)[:, 1].cpu().numpy()

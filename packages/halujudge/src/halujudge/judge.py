@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from halujudge.cache import ScoreCache, text_hash
@@ -152,8 +151,9 @@ class LLMJudge:
         """The full text the model reads for one example (chat template applied)."""
         return apply_chat(self.tokenizer, render_messages(self.template, context, question, answer))
 
-    @torch.no_grad()
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
+        import torch
+
         pad = self.tokenizer.pad_token_id
         pad = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         width = max(len(ids) for ids in batch)
@@ -167,7 +167,8 @@ class LLMJudge:
         kwargs: dict[str, Any] = {"attention_mask": mask.to(device), "position_ids": positions.to(device)}
         if _accepts(self.model.forward, "logits_to_keep"):
             kwargs["logits_to_keep"] = 1
-        logits = self.model(input_ids=ids.to(device), **kwargs).logits[:, -1, :]
+        with torch.no_grad():
+            logits = self.model(input_ids=ids.to(device), **kwargs).logits[:, -1, :]
         pair = logits[:, [self.tokens.true_id, self.tokens.false_id]].double()
         return torch.softmax(pair, dim=-1)[:, 0].cpu().numpy()
 

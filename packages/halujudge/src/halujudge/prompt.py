@@ -46,7 +46,7 @@ class PromptTemplate:
     user: str
     """User turn with ``{context}``, ``{question}`` and ``{response}``."""
     demonstration: str = ""
-    """Format of one demonstration (``{context}``, ``{question}``, ``{response}``, ``{verdict}``, ``{reason}``)."""
+    """Format of one demonstration; placeholders as ``user`` plus ``{verdict}`` and ``{reason}``."""
     demonstrations: tuple[Demonstration, ...] = ()
     """The labelled demonstrations, in the order shown."""
 
@@ -111,7 +111,9 @@ def _demonstration_block(template: PromptTemplate) -> str:
     return "\n\n".join(rendered)
 
 
-def render_messages(template: PromptTemplate, context: str, question: str, answer: str) -> list[dict[str, str]]:
+def render_messages(
+    template: PromptTemplate, context: str, question: str, answer: str
+) -> list[dict[str, str]]:
     """Render one example into chat messages (before the model's chat template is applied).
 
     Args:

@@ -1,0 +1,112 @@
+"""The work behind ``halujudge evaluate``: load data and scorer, select, evaluate, write outputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from halubench_data import Dataset, atomic_write_text, read_jsonl, results_table
+
+from halujudge.cache import ScoreCache
+from halujudge.evaluation import JudgeRun, TemplateSelection, run_evaluation, select_template
+
+__all__ = ["evaluate_command", "limit_per_split", "load_dataset"]
+
+
+def load_dataset(spec: str) -> Dataset:
+    """A dataset from a halubench-data JSONL file, or ``default`` (halubench-data's embedded set).
+
+    Raises:
+        FileNotFoundError: if ``spec`` is neither an existing file nor a known name.
+    """
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return read_jsonl(path)
+    if spec == "default":
+        from halubench_data import default
+
+        return default.build_default()
+    raise FileNotFoundError(
+        f"dataset {spec!r}: no such file. Pass a JSONL written by halubench-data "
+        "(`halubench-data build NAME --source PATH --out FILE`) or 'default'."
+    )
+
+
+def limit_per_split(dataset: Dataset, limit: int | None) -> Dataset:
+    """At most ``limit`` examples of each split, alternating labels where possible, in dataset order."""
+    if limit is None:
+        return dataset
+    kept: list[Any] = []
+    for split in ("train", "validation", "test"):
+        part = dataset.split(split).examples
+        by_label = {lab: [e for e in part if e.label == lab] for lab in (1, 0)}
+        take_pos = min(len(by_label[1]), max(limit - len(by_label[0]), (limit + 1) // 2))
+        chosen = {e.id for e in by_label[1][:take_pos] + by_label[0][: limit - take_pos]}
+        kept.extend(e for e in part if e.id in chosen)
+    return Dataset(tuple(kept), dataset.name)
+
+
+def _scorer(args: argparse.Namespace) -> tuple[Any, str]:
+    if args.checker == "minicheck":
+        from halujudge.checkers import MiniCheck
+
+        checker = MiniCheck.from_pretrained(args.model, device=args.device, batch_size=args.batch_size)
+        return checker, f"MiniCheck ({checker.model_id})"
+    if args.checker == "hhem":
+        from halujudge.checkers import HHEM
+
+        return HHEM.from_pretrained(args.model, args.foundation, device=args.device), "HHEM-2.1-Open"
+    from halujudge.judge import LLMJudge
+
+    template = "strict" if args.template == "auto" else args.template
+    judge = LLMJudge.from_pretrained(
+        args.judge, template=template, device=args.device, batch_size=args.batch_size
+    )
+    return judge, judge.model_id
+
+
+def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
+    labels = {e.id: e.label for e in dataset.examples}
+    val_ids = [e.id for e in dataset.validation.examples]
+    lines = [
+        json.dumps({"id": i, "split": split, "label": labels[i], "score": float(s)})
+        for split, ids, scores in (
+            ("validation", val_ids, run.validation_scores),
+            ("test", run.test_ids, run.test_scores),
+        )
+        for i, s in zip(ids, scores, strict=True)
+    ]
+    atomic_write_text(out / "scores.jsonl", "\n".join(lines) + "\n", overwrite=True)
+    selection = {
+        "method": run.method,
+        "dataset": run.dataset,
+        "threshold": run.threshold,
+        "template_selection": asdict(run.selection) if run.selection else None,
+        "test": asdict(run.result),
+    }
+    atomic_write_text(out / "selection.json", json.dumps(selection, indent=2) + "\n", overwrite=True)
+    atomic_write_text(out / "results.md", results_table([(run.method, run.result)]) + "\n", overwrite=True)
+
+
+def evaluate_command(args: argparse.Namespace) -> str:
+    """Run ``halujudge evaluate`` and return the Markdown table it printed to ``results.md``."""
+    dataset = limit_per_split(load_dataset(args.dataset), args.limit)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cache = ScoreCache(args.out / "cache.jsonl")
+    if cache.dropped_partial:
+        print(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
+    scorer, method = _scorer(args)
+    selection: TemplateSelection | None = None
+    progress = not args.no_progress
+    if args.judge is not None:
+        if args.template == "auto":
+            pool = [limit_per_split(load_dataset(s), args.limit) for s in args.select_on or []] or [dataset]
+            selection = select_template(scorer, pool, cache=cache, progress=progress)
+            scorer = scorer.with_template(selection.template)
+        method = f"{method} / {scorer.template.name}"
+    run = run_evaluation(scorer, dataset, method, cache, args.n_bootstrap, progress, selection)
+    _write_outputs(args.out, run, dataset)
+    return results_table([(run.method, run.result)])

@@ -1,0 +1,84 @@
+"""``halujudge`` command line. The parser is built without importing torch or Transformers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["build_parser", "main"]
+
+TEMPLATES = ("plain", "claims", "strict", "strict_fewshot")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``halujudge`` (cheap: imports nothing heavy)."""
+    parser = argparse.ArgumentParser(
+        prog="halujudge",
+        description="LLM-judge, MiniCheck and HHEM baselines for contextual hallucination detection.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser(
+        "evaluate",
+        help="score a dataset's validation and test splits, pick template and threshold, report metrics",
+        description="Template by mean validation AUROC, threshold by validation F1, test metrics with "
+        "group-bootstrap intervals. Scores are cached in OUT/cache.jsonl, so a rerun resumes.",
+    )
+    who = ev.add_mutually_exclusive_group(required=True)
+    who.add_argument(
+        "--judge", metavar="MODEL", help="causal LM judge: hub id, local folder, .gguf, or 'smollm2'"
+    )
+    who.add_argument("--checker", choices=("minicheck", "hhem"), help="a grounding checker (needs --model)")
+    ev.add_argument("--model", metavar="PATH", help="checker weights: hub id or downloaded snapshot folder")
+    ev.add_argument("--foundation", metavar="PATH", help="HHEM only: the google/flan-t5-base snapshot folder")
+    ev.add_argument(
+        "--dataset", required=True, metavar="NAME_OR_JSONL", help="a halubench-data JSONL or 'default'"
+    )
+    ev.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created)")
+    ev.add_argument(
+        "--template", default="auto", choices=("auto", *TEMPLATES), help="judge template (default: auto)"
+    )
+    ev.add_argument(
+        "--select-on",
+        nargs="+",
+        default=None,
+        metavar="JSONL",
+        help="datasets whose validation splits choose the template (default: the evaluated dataset)",
+    )
+    ev.add_argument("--limit", type=int, default=None, metavar="N", help="at most N examples per split")
+    ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
+    ev.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")
+    ev.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return parser
+
+
+def _positive(parser: argparse.ArgumentParser, name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        parser.error(f"{name} must be a positive integer, got {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``halujudge`` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _positive(parser, "--limit", args.limit)
+    _positive(parser, "--batch-size", args.batch_size)
+    _positive(parser, "--n-bootstrap", args.n_bootstrap)
+    if args.checker and not args.model:
+        parser.error(f"--checker {args.checker} needs --model PATH (the downloaded checkpoint folder)")
+    if args.checker == "hhem" and not args.foundation:
+        parser.error("--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)")
+    from halujudge._run import evaluate_command
+
+    try:
+        summary = evaluate_command(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"halujudge: error: {err}", file=sys.stderr)
+        return 2
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
