@@ -1,0 +1,166 @@
+"""Shared helpers: tiny random models and statistics recomputed from eager attention weights."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from flashstats_hf import ATTN_IMPLEMENTATION
+from transformers import AutoModelForCausalLM, Gemma2Config, LlamaConfig, Qwen3Config
+
+COMMON = dict(
+    vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2
+)
+CONFIGS = {
+    "qwen3": lambda: Qwen3Config(**COMMON, num_hidden_layers=3, head_dim=16, initializer_range=0.3),
+    "llama": lambda: LlamaConfig(**COMMON, num_hidden_layers=2, initializer_range=0.3),
+    "qwen3_sliding": lambda: Qwen3Config(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=16,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=1,
+        initializer_range=0.3,
+    ),
+    "gemma2": lambda: Gemma2Config(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=16,
+        sliding_window=4,
+        attn_logit_softcapping=3.0,
+        final_logit_softcapping=5.0,
+        query_pre_attn_scalar=16,
+        initializer_range=0.3,
+    ),
+}
+
+
+def tiny_models(kind: str, device: str = "cpu", seed: int = 0):
+    """The same random weights under the ``attnstats`` and the eager implementation (separate configs)."""
+    torch.manual_seed(seed)
+    config = CONFIGS[kind]()
+    ours = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=ATTN_IMPLEMENTATION)
+    eager = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager")
+    eager.load_state_dict(ours.state_dict())
+    return ours.to(device).eval(), eager.to(device).eval()
+
+
+def padded_batch(lengths, answers, vocab=101, seed=1, device="cpu"):
+    """Random left-padded batch: example b has ``lengths[b]`` tokens, the last ``answers[b]`` the answer."""
+    g = torch.Generator().manual_seed(seed)
+    length = max(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), length), generator=g)
+    mask = torch.zeros(len(lengths), length, dtype=torch.int64)
+    for b, n in enumerate(lengths):
+        mask[b, length - n :] = 1
+        ids[b, : length - n] = 0
+    start = torch.tensor([length - a for a in answers])
+    return ids.to(device), mask.to(device), start.to(device)
+
+
+def eager_forward(eager, ids, mask):
+    """Eager forward with the same position ids as ``record_forward`` (counted from the first real token)."""
+    position_ids = (mask.long().cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return eager(
+            ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            output_attentions=True,
+            output_hidden_states=True,
+        )
+
+
+def eager_statistics(weights, mask, start, sinks=(0,), diag_eps=1e-30, window=None):
+    """Every kernel statistic recomputed from one layer's materialised weights, answer-aligned.
+
+    Args:
+        weights: [B, H, L, L] eager attention weights of one layer.
+        mask: [B, L] keep mask.
+        start: [B] padded index of the first answer token.
+        sinks: sink offsets from each example's first real token.
+        diag_eps: clamp of the log-diagonal.
+        window: sliding window of the layer, or None.
+
+    Returns:
+        dict of name -> tensor: row statistics [B, H, A], ``sink_weights`` [B, H, A, S],
+        ``col_sum`` / ``col_mean`` [B, H, L].
+    """
+    w = weights.double()
+    bsz, heads, length, _ = w.shape
+    keep = mask.bool()
+    answer = int((length - start).max())
+    out = {
+        k: torch.zeros(bsz, heads, answer, dtype=torch.float64)
+        for k in (
+            "entropy",
+            "normalized_entropy",
+            "prompt_mass",
+            "max_weight",
+            "effective_support",
+            "diag_log",
+            "prev_weight",
+        )
+    }
+    out["sink_weights"] = torch.zeros(bsz, heads, answer, len(sinks), dtype=torch.float64)
+    out["col_sum"] = torch.zeros(bsz, heads, length, dtype=torch.float64)
+    counts = torch.zeros(bsz, length, dtype=torch.float64)
+    j = torch.arange(length)
+    for b in range(bsz):
+        first = int((~keep[b]).sum())
+        s = int(start[b])
+        for a in range(length - s):
+            p = s + a
+            row = w[b, :, p]  # [H, L]
+            visible = keep[b] & (j <= p) & ((j > p - window) if window else True)
+            n = int(visible.sum())
+            ent = -(row * torch.log(row.clamp_min(1e-300))).sum(-1)
+            out["entropy"][b, :, a] = ent
+            out["normalized_entropy"][b, :, a] = ent / torch.log(torch.tensor(float(n))) if n > 1 else 0.0
+            out["prompt_mass"][b, :, a] = row[:, :s].sum(-1)
+            out["max_weight"][b, :, a] = row.max(-1).values
+            out["effective_support"][b, :, a] = 1.0 / (row**2).sum(-1)
+            out["diag_log"][b, :, a] = torch.log(row[:, p].clamp_min(diag_eps))
+            out["prev_weight"][b, :, a] = row[:, p - 1] if p > s else 0.0
+            for k, off in enumerate(sinks):
+                pos = first + off
+                out["sink_weights"][b, :, a, k] = row[:, pos] if 0 <= pos < length and visible[pos] else 0.0
+            out["col_sum"][b] += row
+            counts[b] += visible.double()
+    out["col_mean"] = torch.where(counts[:, None] > 0, out["col_sum"] / counts[:, None].clamp_min(1), 0.0)
+    return out
+
+
+def eager_logit_statistics(logits, ids, start):
+    """The seven logit statistics from full eager logits, by sorting (answer-aligned ``[B, A, 7]``)."""
+    bsz, length, _ = logits.shape
+    answer = int((length - start).max())
+    out = torch.zeros(bsz, answer, 7, dtype=torch.float64)
+    for b in range(bsz):
+        for a in range(length - int(start[b])):
+            p = int(start[b]) + a
+            logp = torch.log_softmax(logits[b, p - 1].double(), -1)
+            y = int(ids[b, p])
+            srt = torch.sort(logp, descending=True).values
+            probs = srt.exp()
+            rank = 1 + int((logp > logp[y]).sum())
+            ent = -(logp.exp() * logp).sum()
+            out[b, a] = torch.tensor(
+                [logp[y], rank, ent, probs[0], probs[0] - probs[1], probs[:5].sum(), srt[0] - logp[y]]
+            )
+    return out
+
+
+@pytest.fixture(scope="session")
+def helpers():
+    """The helpers of this file (tests import nothing from conftest directly)."""
+    return SimpleNamespace(
+        tiny_models=tiny_models,
+        padded_batch=padded_batch,
+        eager_forward=eager_forward,
+        eager_statistics=eager_statistics,
+        eager_logit_statistics=eager_logit_statistics,
+    )

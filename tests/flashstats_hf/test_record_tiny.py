@@ -1,0 +1,184 @@
+"""record_forward on tiny random Qwen3 / Llama / Gemma2 models against eager attention weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES, record_forward
+from flashstats_kernels import StatsRequest
+from transformers import AutoModelForCausalLM
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+TOL = {"cpu": dict(atol=2e-4, rtol=2e-4), "cuda": dict(atol=3e-3, rtol=3e-3)}  # cuda: TF32-class dots
+# kind, total lengths, answer lengths (left padding; answers end every sequence)
+CASES = {
+    "qwen3-B1-L11-A4": ("qwen3", [11], [4]),
+    "qwen3-B3-L14-A8-padrows": ("qwen3", [14, 4, 9], [8, 2, 1]),
+    "llama-B2-L12-A5": ("llama", [12, 7], [2, 5]),
+    "qwen3sliding-B2-L13-A6": ("qwen3_sliding", [13, 8], [6, 3]),
+    "gemma2-softcap-B2-L10-A4": ("gemma2", [10, 13], [4, 2]),
+}
+ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
+
+
+def _window(model, layer):
+    config = model.config
+    types = getattr(config, "layer_types", None)
+    return config.sliding_window if types is not None and types[layer] == "sliding_attention" else None
+
+
+def _record(helpers, kind, lengths, answers, device, **kw):
+    ours, eager = helpers.tiny_models(kind, device)
+    ids, mask, start = helpers.padded_batch(lengths, answers, device=device)
+    padded = len(set(lengths)) > 1
+    fs = record_forward(ours, ids, response_start=start, attention_mask=mask if padded else None, **kw)
+    return fs, eager, ids, mask, start
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_statistics_match_eager_attention(helpers, case, device):
+    kind, lengths, answers = CASES[case]
+    request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0, 2))
+    fs, eager, ids, mask, start = _record(
+        helpers, kind, lengths, answers, device, request=request, hidden_layers=[0, 1]
+    )
+    ref = helpers.eager_forward(eager, ids, mask)
+    n_layers = eager.config.num_hidden_layers
+    assert fs.layers == tuple(range(n_layers))
+    assert fs.answer_len.tolist() == answers
+    assert fs.prompt_len.tolist() == [n - a for n, a in zip(lengths, answers, strict=True)]
+    tol = TOL[device]
+    for li, layer in enumerate(fs.layers):
+        exp = helpers.eager_statistics(
+            ref.attentions[layer].cpu(), mask.cpu(), start.cpu(), sinks=(0, 2), window=_window(eager, layer)
+        )
+        for name in ROW_FIELDS:
+            torch.testing.assert_close(
+                getattr(fs.rows, name)[:, li].cpu().double(), exp[name], **tol, msg=name
+            )
+        for name in ("diag_log", "prev_weight", "sink_weights"):
+            torch.testing.assert_close(
+                getattr(fs.lookups, name)[:, li].cpu().double(), exp[name], **tol, msg=name
+            )
+        torch.testing.assert_close(fs.columns.sum[:, li].cpu().double(), exp["col_sum"], **tol)
+        torch.testing.assert_close(fs.columns.mean[:, li].cpu().double(), exp["col_mean"], **tol)
+    assert fs.logit_stat_names == LOGIT_STAT_NAMES
+    exp_logits = helpers.eager_logit_statistics(ref.logits.cpu(), ids.cpu(), start.cpu())
+    torch.testing.assert_close(fs.logit_stats.cpu().double(), exp_logits, **tol)
+    for k, index in enumerate(fs.hidden_layers):
+        pos = fs.response_start[:, None] + torch.arange(fs.answer_mask.shape[1], device=device)
+        exp_h = ref.hidden_states[index].gather(
+            1, pos.clamp(max=ids.shape[1] - 1)[..., None].expand(-1, -1, 64)
+        )
+        exp_h = torch.where(fs.answer_mask[..., None], exp_h, 0.0)
+        torch.testing.assert_close(fs.hidden[:, k], exp_h, **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["qwen3", "llama", "gemma2"])
+def test_plain_forward_matches_reference_implementation(helpers, kind, device):
+    ours, eager = helpers.tiny_models(kind, device)
+    # Gemma2 soft-caps its scores, which SDPA cannot: compare with eager there, with SDPA elsewhere.
+    ref_impl = "eager" if kind == "gemma2" else "sdpa"
+    ref = AutoModelForCausalLM.from_config(copy.deepcopy(eager.config), attn_implementation=ref_impl)
+    ref.load_state_dict(ours.state_dict())
+    ref = ref.to(device).eval()
+    ids, mask, _ = helpers.padded_batch([9, 14, 6], [1, 1, 1], device=device)
+    with torch.no_grad():
+        got = ours(ids, attention_mask=mask).logits
+        exp = ref(ids, attention_mask=mask).logits
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], exp[keep], **TOL[device])
+
+
+def test_set_attn_implementation_switches_an_sdpa_model(helpers):
+    ours, _ = helpers.tiny_models("llama")
+    sdpa = AutoModelForCausalLM.from_config(copy.deepcopy(ours.config), attn_implementation="sdpa").eval()
+    sdpa.load_state_dict(ours.state_dict())
+    ids, mask, start = helpers.padded_batch([9, 12], [3, 4])
+    with pytest.raises(ValueError, match=ATTN_IMPLEMENTATION):
+        record_forward(sdpa, ids, response_start=start, attention_mask=mask)
+    sdpa.set_attn_implementation(ATTN_IMPLEMENTATION)
+    got = record_forward(sdpa, ids, response_start=start, attention_mask=mask)
+    exp = record_forward(ours, ids, response_start=start, attention_mask=mask)
+    torch.testing.assert_close(got.rows.entropy, exp.rows.entropy)
+
+
+def test_scoring_a_subset_leaves_other_layers_untouched(helpers):
+    kind, lengths, answers = CASES["qwen3-B3-L14-A8-padrows"]
+    every = dict(hidden_layers=[0, 1, 2, 3])
+    full, *_ = _record(helpers, kind, lengths, answers, "cpu", **every)
+    one, *_ = _record(helpers, kind, lengths, answers, "cpu", layers=[1], **every)
+    none, *_ = _record(helpers, kind, lengths, answers, "cpu", layers=[], **every)
+    assert one.layers == (1,) and none.layers == () and none.rows is None
+    for name in ROW_FIELDS:
+        torch.testing.assert_close(getattr(one.rows, name)[:, 0], getattr(full.rows, name)[:, 1])
+    torch.testing.assert_close(one.columns.sum[:, 0], full.columns.sum[:, 1])
+    # Layer 0 runs plain SDPA in both: its input and output are bitwise those of an unscored forward.
+    assert torch.equal(one.hidden[:, :2], none.hidden[:, :2])
+    torch.testing.assert_close(one.hidden, none.hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(one.logit_stats, none.logit_stats, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_results_do_not_depend_on_the_batch(helpers, device):
+    kind, lengths, answers = CASES["qwen3-B3-L14-A8-padrows"]
+    kw = dict(hidden_layers=[0, 2], request=StatsRequest(rows=True, lookups=True, columns=True))
+    ours, _ = helpers.tiny_models(kind, device)
+    ids, mask, start = helpers.padded_batch(lengths, answers, device=device)
+    batch = record_forward(ours, ids, response_start=start, attention_mask=mask, **kw)
+    length = ids.shape[1]
+    for b, (n, a) in enumerate(zip(lengths, answers, strict=True)):
+        alone = record_forward(ours, ids[b : b + 1, length - n :], response_start=n - a, **kw)
+        pad = length - n
+        tol = dict(atol=2e-5, rtol=2e-5) if device == "cpu" else TOL[device]
+        for name in ROW_FIELDS:
+            torch.testing.assert_close(
+                getattr(batch.rows, name)[b, ..., :a], getattr(alone.rows, name)[0], **tol
+            )
+        torch.testing.assert_close(
+            batch.lookups.sink_weights[b, ..., :a, :], alone.lookups.sink_weights[0], **tol
+        )
+        torch.testing.assert_close(batch.columns.mean[b, ..., pad:], alone.columns.mean[0], **tol)
+        torch.testing.assert_close(batch.logit_stats[b, :a], alone.logit_stats[0], **tol)
+        torch.testing.assert_close(batch.hidden[b, :, :a], alone.hidden[0], **tol)
+        assert alone.key_mask.all() and alone.answer_mask.all()
+
+
+def test_non_causal_layers_run_unscored_with_a_warning(helpers):
+    ours, eager = helpers.tiny_models("llama")
+    ours.config.is_causal = False
+    eager.config.is_causal = False
+    ids, mask, start = helpers.padded_batch([9, 12], [3, 4])
+    with pytest.warns(UserWarning, match="runs unscored"):
+        fs = record_forward(ours, ids, response_start=start, attention_mask=mask)
+    assert fs.layers == () and fs.rows is None and fs.columns is None
+    ref = helpers.eager_forward(eager, ids, mask)
+    torch.testing.assert_close(
+        fs.logit_stats.double(), helpers.eager_logit_statistics(ref.logits, ids, start), **TOL["cpu"]
+    )
+
+
+def test_bad_inputs_raise_clear_errors(helpers):
+    ours, _ = helpers.tiny_models("llama")
+    ids, mask, start = helpers.padded_batch([9, 12], [3, 4])
+    with pytest.raises(ValueError, match="left-padded"):
+        record_forward(ours, ids, response_start=start, attention_mask=mask.flip(1))
+    with pytest.raises(ValueError, match="response_start must lie"):
+        record_forward(ours, ids, response_start=torch.tensor([12, 5]), attention_mask=mask)
+    with pytest.raises(ValueError, match="response_start must lie"):
+        record_forward(ours, ids, response_start=torch.tensor([3, 5]), attention_mask=mask)
+    with pytest.raises(ValueError, match=r"shape \[B\]"):
+        record_forward(ours, ids, response_start=torch.tensor([5]), attention_mask=mask)
+    with pytest.raises(TypeError, match="input_ids"):
+        record_forward(ours, ids.float(), response_start=start, attention_mask=mask)
+    with pytest.raises(ValueError, match="layers must lie"):
+        record_forward(ours, ids, response_start=start, attention_mask=mask, layers=[2])
+    with pytest.raises(TypeError, match="StatsRequest"):
+        record_forward(ours, ids, response_start=start, attention_mask=mask, request={"rows": True})
+    ours.train()
+    with pytest.raises(ValueError, match="eval mode"):
+        record_forward(ours, ids, response_start=start, attention_mask=mask)
