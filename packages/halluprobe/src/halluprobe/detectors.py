@@ -1,8 +1,12 @@
 """Published attention detectors as scikit-learn estimators on response-row statistics.
 
-Every detector's ``decision_function`` is a score where **higher means more likely hallucinated**;
-``predict`` returns the larger class label (``classes_[1]``, i.e. 1 = hallucinated) when the score
-reaches ``threshold_``, chosen by F1 on the data given to ``fit`` (ties toward the higher threshold).
+Every detector's :meth:`raw_score` is the detector's statistic, where **higher means more likely
+hallucinated**. ``decision_function`` is ``raw_score - threshold_`` (same ranking, positive means
+hallucinated, the scikit-learn convention) and ``predict`` returns the larger class label
+(``classes_[1]``, i.e. 1 = hallucinated) where it is positive. ``threshold_`` is chosen by F1 on the
+data given to ``fit`` (ties toward the higher threshold), except for the logistic probes, whose
+``threshold_`` is 0 (probability 0.5) so that ``predict`` agrees with ``predict_proba``; the
+protocol picks its own F1 threshold on validation.
 Detectors that choose a setting (a layer, heads, a count) choose it by AUROC on the data given to
 ``fit``; the protocol passes the validation split. The ``*_matrix`` helpers build each detector's
 input from :class:`~halluprobe.records.ExampleRecord` lists. See ``docs/reference/detectors.md``.
@@ -48,21 +52,31 @@ class _ScoreDetector(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
-            raise ValueError(f"{type(self).__name__} is a binary detector; got {len(self.classes_)} classes")
+            raise ValueError(
+                f"Only binary classification is supported. {type(self).__name__} got {len(self.classes_)} classes"
+            )
         yb = (y == self.classes_[1]).astype(np.int64)
         self._fit_scores(X, yb)
-        self.threshold_ = _threshold(self._score(X), yb)
+        self.threshold_ = self._fit_threshold(X, yb)
         return self
 
-    def decision_function(self, X):
-        """``[n]`` scores; higher means more likely hallucinated."""
+    def _fit_threshold(self, X, y):
+        return _threshold(self._score(X), y)
+
+    def raw_score(self, X):
+        """``[n]`` the detector's statistic; higher means more likely hallucinated."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         return self._score(X)
 
+    def decision_function(self, X):
+        """``[n]`` ``raw_score - threshold_``; higher means more likely hallucinated, > 0 predicts it."""
+        return self.raw_score(X) - self.threshold_
+
     def predict(self, X):
-        """``[n]`` labels: ``classes_[1]`` (hallucinated) where the score is at least ``threshold_``."""
-        return self.classes_[(self.decision_function(X) >= self.threshold_).astype(np.int64)]
+        """``[n]`` labels: ``classes_[1]`` (hallucinated) where ``decision_function`` is positive."""
+        check_is_fitted(self)
+        return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
 
 
 class _LinearProbe(_ScoreDetector):
@@ -81,12 +95,15 @@ class _LinearProbe(_ScoreDetector):
         lr.fit((X - self.mean_) / self.scale_, y)
         self.coef_, self.intercept_ = lr.coef_[0], float(lr.intercept_[0])
 
+    def _fit_threshold(self, X, y):
+        return 0.0
+
     def _score(self, X):
         return ((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
 
     def predict_proba(self, X):
         """``[n, 2]`` probabilities, columns follow ``classes_`` (column 1 = hallucinated)."""
-        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        p = 1.0 / (1.0 + np.exp(-self.raw_score(X)))
         return np.stack([1.0 - p, p], 1)
 
 
