@@ -1,0 +1,111 @@
+"""The T1 accumulator state of one row, and the associative merge of two states (Appendix C).
+
+A state summarises the visible keys a row has seen so far, relative to their running maximum score
+``m``. Two states over disjoint key sets merge exactly, so the keys of one row may be split across
+kernel instances, devices or decoding steps (split-K) and merged afterwards. See
+``docs/reference/exactness.md`` for the proof.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flashstats_kernels.types import RowStats
+
+
+@dataclass
+class RowState:
+    """Online-softmax state plus the T1 accumulators. Every field has the row shape (e.g. ``[B, Hq, R]``)."""
+
+    m: torch.Tensor
+    """Maximum visible score (``-inf`` when no key was seen)."""
+    l: torch.Tensor  # noqa: E741 (the paper's name)
+    """``sum_j e^{s_j - m}`` over the visible keys."""
+    a: torch.Tensor
+    """``sum_j e^{s_j - m} s_j`` (entropy accumulator, unshifted score)."""
+    q2: torch.Tensor
+    """``sum_j e^{2 (s_j - m)}`` (squared weights)."""
+    pm: torch.Tensor
+    """``sum_{j < prompt_len} e^{s_j - m}`` (prompt mass)."""
+    n: torch.Tensor
+    """Number of visible keys."""
+
+
+def row_state(scores: torch.Tensor, visible: torch.Tensor, is_prompt: torch.Tensor) -> RowState:
+    """The state of one block of keys, computed directly.
+
+    Args:
+        scores: [..., K] float. scaled (soft-capped) scores of the block's keys.
+        visible: [..., K] bool (broadcastable). which of those keys the row sees.
+        is_prompt: [..., K] bool (broadcastable). which of them are prompt keys.
+
+    Returns:
+        RowState with fields of shape ``[...]``.
+    """
+    s = scores.masked_fill(~visible, float("-inf"))
+    if s.shape[-1] == 0:  # an empty block: the identity of merge_states
+        s = torch.nn.functional.pad(s, (0, 1), value=float("-inf"))
+    m = s.amax(-1)
+    shift = torch.where(torch.isfinite(m), m, 0.0)
+    e = torch.exp(s - shift[..., None])  # 0 where not visible
+    s_vis = torch.where(torch.isfinite(s), s, 0.0)
+    return RowState(
+        m=m,
+        l=e.sum(-1),
+        a=(e * s_vis).sum(-1),
+        q2=(e * e).sum(-1),
+        pm=(e * is_prompt).sum(-1),
+        n=torch.isfinite(s).sum(-1).to(scores.dtype),
+    )
+
+
+def merge_states(x: RowState, y: RowState) -> RowState:
+    """Merges the states of two disjoint key sets of the same rows (associative and commutative).
+
+    With ``m = max(m_x, m_y)``: ``l = l_x e^{m_x - m} + l_y e^{m_y - m}``, likewise ``a`` and ``pm``;
+    ``q2 = q2_x e^{2 (m_x - m)} + q2_y e^{2 (m_y - m)}``; ``n = n_x + n_y``. Both factors lie in
+    ``[0, 1]``, so nothing overflows; an empty state (``m = -inf``) contributes nothing.
+    """
+    m = torch.maximum(x.m, y.m)
+    safe = torch.where(torch.isfinite(m), m, 0.0)
+    fx = torch.where(torch.isfinite(x.m), torch.exp(x.m - safe), 0.0)
+    fy = torch.where(torch.isfinite(y.m), torch.exp(y.m - safe), 0.0)
+    return RowState(
+        m=m,
+        l=x.l * fx + y.l * fy,
+        a=x.a * fx + y.a * fy,
+        q2=x.q2 * fx * fx + y.q2 * fy * fy,
+        pm=x.pm * fx + y.pm * fy,
+        n=x.n + y.n,
+    )
+
+
+def finalize_state(state: RowState) -> tuple[torch.Tensor, RowStats]:
+    """LSE and T1 statistics of a state; a row that saw no key gets ``lse = -inf`` and zeros.
+
+    ``lse = m + log l``; entropy ``H = log l + m - a / l``; normalized entropy ``H / log n`` (0 when
+    ``n <= 1``); prompt mass ``pm / l``; max weight ``1 / l``; effective support ``l^2 / q2``.
+
+    Returns:
+        ``(lse, RowStats)`` with the shape and dtype of the state's fields.
+    """
+    seen = state.l > 0
+    l_safe = torch.where(seen, state.l, 1.0)
+    log_l = torch.log(l_safe)
+    lse = torch.where(seen, state.m + log_l, float("-inf"))
+    entropy = torch.where(seen, log_l + state.m - state.a / l_safe, 0.0)
+    many = state.n > 1
+    normalized = torch.where(many, entropy / torch.log(torch.where(many, state.n, 2.0)), 0.0)
+    stats = RowStats(
+        entropy=entropy,
+        normalized_entropy=normalized,
+        prompt_mass=torch.where(seen, state.pm / l_safe, 0.0),
+        max_weight=torch.where(seen, 1.0 / l_safe, 0.0),
+        effective_support=torch.where(seen, l_safe * l_safe / torch.where(seen, state.q2, 1.0), 0.0),
+    )
+    return lse, stats
+
+
+__all__ = ["RowState", "finalize_state", "merge_states", "row_state"]
