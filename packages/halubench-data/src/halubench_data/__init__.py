@@ -5,6 +5,19 @@ Scores everywhere: higher means more likely hallucinated.
 """
 
 from .baselines import answer_lengths, length_baseline, text_only_baselines, tfidf_baseline
+from .builders import (
+    FieldMap,
+    build_claims,
+    build_faithbench,
+    build_halubench,
+    build_phantom,
+    build_ragtruth,
+    build_ragtruth_original,
+    build_trivia_plus,
+    halubench_from_hub_rows,
+    load_halubench_from_hub,
+    supported_to_label,
+)
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
 from .io import RecordError, atomic_write_text, example_from_dict, example_to_dict, read_jsonl, write_jsonl
@@ -37,6 +50,17 @@ from .schema import SPLITS, Example, Span, Split
 __version__ = "0.1.0"
 
 __all__ = [
+    "FieldMap",
+    "build_claims",
+    "build_faithbench",
+    "build_halubench",
+    "build_phantom",
+    "build_ragtruth",
+    "build_ragtruth_original",
+    "build_trivia_plus",
+    "halubench_from_hub_rows",
+    "load_halubench_from_hub",
+    "supported_to_label",
     "UnionFind",
     "assign_splits",
     "balance_lengths",

@@ -28,7 +28,11 @@ INSTRUCTIONS = {
     "Summary": "Summarize the following news article.",
     "Data2txt": "Write an objective overview of the business described by the structured data.",
 }
-_FAITHJUDGE_FILES = {"QA": "ragtruth_qa.jsonl", "Summary": "ragtruth_summary.jsonl", "Data2txt": "ragtruth_data2txt.jsonl"}
+_FAITHJUDGE_FILES = {
+    "QA": "ragtruth_qa.jsonl",
+    "Summary": "ragtruth_summary.jsonl",
+    "Data2txt": "ragtruth_data2txt.jsonl",
+}
 
 
 def _task_of(source: Any) -> str:
@@ -43,7 +47,9 @@ def _context_question(task: str, source: Any) -> tuple[str, str]:
     if task == "QA":
         if not isinstance(source, dict):
             raise RecordError("source", "QA source must be an object with question and passages")
-        return nonempty(need(source, "passages"), "source.passages"), nonempty(need(source, "question"), "source.question")
+        return nonempty(need(source, "passages"), "source.passages"), nonempty(
+            need(source, "question"), "source.question"
+        )
     if task == "Summary":
         if not isinstance(source, str):
             raise RecordError("source", "Summary source must be a string")
@@ -58,7 +64,9 @@ def _spans(labels: Any, response: str) -> tuple[Span, ...]:
     for i, lab in enumerate(labels):
         start, end = need(lab, "start", int), need(lab, "end", int)
         if not 0 <= start < end <= len(response):
-            raise RecordError("labels", f"span {i} [{start}, {end}) outside the {len(response)}-character response")
+            raise RecordError(
+                "labels", f"span {i} [{start}, {end}) outside the {len(response)}-character response"
+            )
         text = lab.get("text")
         if text is not None and response[start:end] != text:
             raise RecordError("labels", f"span {i} text does not match response[{start}:{end}]")
@@ -84,7 +92,9 @@ def _example(task: str, source_id: Any, source: Any, resp: Any, idx: str, extra:
     )
 
 
-def _keep(col: Collector, task: str, model: Any, tasks: tuple[str, ...], models: tuple[str, ...] | None) -> bool:
+def _keep(
+    col: Collector, task: str, model: Any, tasks: tuple[str, ...], models: tuple[str, ...] | None
+) -> bool:
     if task not in tasks:
         col.filtered[f"task not in {list(tasks)}"] += 1
         return False
@@ -94,7 +104,9 @@ def _keep(col: Collector, task: str, model: Any, tasks: tuple[str, ...], models:
     return True
 
 
-def _check_filters(tasks: Iterable[str], models: Iterable[str] | None) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+def _check_filters(
+    tasks: Iterable[str], models: Iterable[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
     tasks = tuple(tasks)
     bad = [t for t in tasks if t not in TASKS]
     if bad:
@@ -144,10 +156,17 @@ def build_ragtruth(
             for k, resp in enumerate(responses):
                 model = resp.get("model") if isinstance(resp, dict) else None
 
-                def make(resp: Any = resp, k: int = k, model: Any = model) -> Example | None:
+                def make(
+                    resp: Any = resp,
+                    k: int = k,
+                    model: Any = model,
+                    task: str = task,
+                    sid: Any = source_id,
+                    source: Any = row["source"],
+                ) -> Example | None:
                     if not _keep(col, task, model, tasks, models):
                         return None
-                    return _example(task, source_id, row["source"], resp, f"{k}", {})
+                    return _example(task, sid, source, resp, f"{k}", {})
 
                 col.add(f"{file} (response {k})", lineno, make)
     return col.finish("ragtruth", seed=seed)
@@ -186,7 +205,7 @@ def build_ragtruth_original(
     resp_path = folder / "response.jsonl"
     for lineno, row in read_json_lines(resp_path, col):
 
-        def make(row: Any = row) -> Example | None:
+        def make(row: Any = row, lineno: int = lineno) -> Example | None:
             sid = str(need(row, "source_id", (int, str)))
             if sid not in sources:
                 raise RecordError("source_id", f"source {sid} not in source_info.jsonl")
