@@ -1,0 +1,123 @@
+"""``halubench-data``: build datasets from local files, print their counts, run text-only baselines.
+
+The parser is built without importing scikit-learn or ``datasets``, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+BUILDERS = (
+    "ragtruth",
+    "ragtruth-original",
+    "halubench",
+    "trivia-plus",
+    "phantom",
+    "faithbench",
+    "wice",
+    "lfqa",
+    "claimverify",
+    "expertqa",
+    "default",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (no heavy imports)."""
+    parser = argparse.ArgumentParser(
+        prog="halubench-data",
+        description="Leakage-filtered contextual-hallucination datasets (label 1 = hallucinated).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
+    b.add_argument("name", choices=BUILDERS, help="which builder")
+    b.add_argument("--source", type=Path, help="input file or folder (not needed for 'default')")
+    b.add_argument("--out", type=Path, required=True, help="output JSONL file (written atomically)")
+    b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    b.add_argument("--seed", type=int, default=42, help="seed of filters and splits (default 42)")
+    b.add_argument(
+        "--task", action="append", help="RAGTruth task to keep (QA, Summary, Data2txt); repeatable"
+    )
+    b.add_argument(
+        "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
+    )
+    b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
+    b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
+    s = sub.add_parser("stats", help="print counts per source, label and split of a JSONL dataset")
+    s.add_argument("file", type=Path)
+    t = sub.add_parser(
+        "baselines", help="answer-only baselines (length, TF-IDF) on a JSONL dataset's test split"
+    )
+    t.add_argument("file", type=Path)
+    t.add_argument(
+        "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
+    )
+    return parser
+
+
+def _build(args: argparse.Namespace) -> Dataset:
+    from . import builders
+    from .default import build_default
+
+    if args.name == "default":
+        return build_default(seed=args.seed, n_contexts=args.n_contexts)
+    if args.source is None:
+        raise ValueError(f"builder {args.name!r} needs --source PATH")
+    if not args.source.exists():
+        raise FileNotFoundError(f"--source {args.source} does not exist")
+    if args.name in ("ragtruth", "ragtruth-original"):
+        fn = builders.build_ragtruth if args.name == "ragtruth" else builders.build_ragtruth_original
+        return fn(args.source, tasks=args.task or builders.TASKS, models=args.model, seed=args.seed)
+    if args.name == "halubench":
+        return builders.build_halubench(args.source, apply_filters=not args.no_filter, seed=args.seed)
+    if args.name == "trivia-plus":
+        return builders.build_trivia_plus(args.source, seed=args.seed)
+    if args.name == "phantom":
+        return builders.build_phantom(args.source, seed=args.seed)
+    if args.name == "faithbench":
+        return builders.build_faithbench(args.source, seed=args.seed)
+    return builders.build_claims(args.name, args.source, seed=args.seed)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 bad input or refused overwrite)."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            from .io import write_jsonl
+
+            if args.out.exists() and not args.overwrite:
+                raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
+            ds = _build(args)
+            if ds.report is not None:
+                print(ds.report.summary())
+            print(ds.stats_table())
+            write_jsonl(ds, args.out, overwrite=args.overwrite)
+            print(f"wrote {len(ds)} examples to {args.out}")
+        elif args.command == "stats":
+            from .io import read_jsonl
+
+            ds = read_jsonl(args.file)
+            print(ds.stats_table())
+        else:
+            from .baselines import text_only_baselines
+            from .io import read_jsonl
+            from .metrics import results_table
+
+            ds = read_jsonl(args.file)
+            print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"halubench-data: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

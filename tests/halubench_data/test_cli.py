@@ -1,0 +1,63 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from halubench_data import read_jsonl
+from halubench_data.cli import build_parser, main
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def test_help_does_not_import_the_ml_stack():
+    code = (
+        "import sys\n"
+        "from halubench_data.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('sklearn', 'datasets', 'torch', 'scipy') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_parser_knows_every_builder():
+    args = build_parser().parse_args(["build", "lfqa", "--source", "x", "--out", "y.jsonl"])
+    assert (args.name, args.source, args.overwrite) == ("lfqa", Path("x"), False)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["build", "nope", "--out", "y"])
+
+
+def test_build_default_stats_and_overwrite(tmp_path, capsys):
+    out = tmp_path / "d.jsonl"
+    assert main(["build", "default", "--out", str(out), "--n-contexts", "20"]) == 0
+    assert len(read_jsonl(out)) == 120
+    assert "wrote 120 examples" in capsys.readouterr().out
+    assert main(["build", "default", "--out", str(out)]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    assert len(read_jsonl(out)) == 120  # untouched
+    assert main(["build", "default", "--out", str(out), "--overwrite"]) == 0
+    assert len(read_jsonl(out)) == 600
+    capsys.readouterr()
+    assert main(["stats", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| default | 1 | 216 | 42 | 42 | 300 |" in printed
+    assert main(["baselines", str(out), "--n-bootstrap", "100"]) == 0
+    assert "| tfidf | " in capsys.readouterr().out
+
+
+def test_build_reports_missing_source(tmp_path, capsys):
+    assert main(["build", "wice", "--out", str(tmp_path / "w.jsonl")]) == 1
+    assert "needs --source" in capsys.readouterr().err
+    assert (
+        main(["build", "wice", "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "w.jsonl")]) == 1
+    )
+    assert not (tmp_path / "w.jsonl").exists()
+
+
+@pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
+def test_build_ragtruth_llama_qa_prints_counts(tmp_path, capsys):
+    out = tmp_path / "rt.jsonl"
+    argv = ["build", "ragtruth", "--source", str(DATA / "ragtruth"), "--out", str(out)]
+    assert main([*argv, "--task", "QA", "--model", "llama-2-70b-chat"]) == 0
+    printed = capsys.readouterr().out
+    assert "kept 137" in printed and "| all | both | 97 | 20 | 20 | 137 |" in printed
