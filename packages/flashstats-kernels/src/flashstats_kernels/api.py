@@ -50,13 +50,15 @@ _TORCH = _Backend(forward=forward_torch, lookups=lookups_torch, columns=columns_
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
     """Checks ``backend`` against the device and dtype of ``q``; returns ``"torch"`` or ``"triton"``.
 
-    ``"auto"`` picks Triton for CUDA tensors (when Triton is installed) and PyTorch otherwise.
+    ``"auto"`` picks Triton for CUDA tensors of a dtype it takes (when Triton is installed) and PyTorch
+    otherwise.
     ``"triton"`` on CPU tensors is allowed only under Triton's interpreter (``TRITON_INTERPRET=1``).
     """
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        backend = "triton" if q.is_cuda and importlib.util.find_spec("triton") is not None else "torch"
+        triton_ok = q.is_cuda and q.dtype in TRITON_DTYPES and importlib.util.find_spec("triton") is not None
+        backend = "triton" if triton_ok else "torch"
     if backend == "triton":
         if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError(
