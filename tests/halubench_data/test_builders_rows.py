@@ -297,3 +297,13 @@ def test_support_label_conversion(tmp_path):
     ds = build_claims("lfqa", path)
     assert [(e.answer, e.label, e.group) for e in ds] == [("C1", 0, "lfqa:q7"), ("C2", 1, "lfqa:q7")]
     assert ds.report.drops[0].field == "label"
+
+
+def test_named_claim_builders_match_build_claims(tmp_path):
+    from halubench_data import builders
+
+    path = _jsonl(tmp_path / "x.jsonl", [{"doc": "D", "claim": "C", "label": 1, "question": "Q"}])
+    for name in ("claimverify", "expertqa"):
+        named = getattr(builders, f"build_{name}")(path)
+        assert named.examples == build_claims(name, path).examples
+        assert named[0].source == name and named[0].label == 0

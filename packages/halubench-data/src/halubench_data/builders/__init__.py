@@ -1,6 +1,15 @@
 """Builders: each reads local files (a path) and returns a split, grouped ``Dataset`` with a report."""
 
-from .claims import NEUTRAL_QUESTION, build_claims, claim_example, supported_to_label
+from .claims import (
+    NEUTRAL_QUESTION,
+    build_claims,
+    build_claimverify,
+    build_expertqa,
+    build_lfqa,
+    build_wice,
+    claim_example,
+    supported_to_label,
+)
 from .faithbench import build_faithbench
 from .halubench import (
     PHANTOM_FIELDS,
@@ -21,6 +30,10 @@ __all__ = [
     "TRIVIA_PLUS_FIELDS",
     "FieldMap",
     "build_claims",
+    "build_claimverify",
+    "build_expertqa",
+    "build_lfqa",
+    "build_wice",
     "build_faithbench",
     "build_halubench",
     "build_phantom",

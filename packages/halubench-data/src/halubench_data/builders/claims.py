@@ -105,3 +105,23 @@ def build_claims(name: str, path: str | os.PathLike[str], *, seed: int = 42) -> 
             col.add(str(file), lineno, lambda row=row, lineno=lineno, file=file: claim_example(
                 name, row, f"{file.stem}-{lineno}"))  # fmt: skip
     return col.finish(name, seed=seed)
+
+
+def build_wice(path: str | os.PathLike[str], *, seed: int = 42) -> Dataset:
+    """``build_claims("wice", path)``: WiCE dev + test (a folder) or one WiCE file."""
+    return build_claims("wice", path, seed=seed)
+
+
+def build_lfqa(path: str | os.PathLike[str], *, seed: int = 42) -> Dataset:
+    """``build_claims("lfqa", path)``: LFQA, grouped by ``question_id``."""
+    return build_claims("lfqa", path, seed=seed)
+
+
+def build_claimverify(path: str | os.PathLike[str], *, seed: int = 42) -> Dataset:
+    """``build_claims("claimverify", path)``: ClaimVerify's source rows (AttributionBench)."""
+    return build_claims("claimverify", path, seed=seed)
+
+
+def build_expertqa(path: str | os.PathLike[str], *, seed: int = 42) -> Dataset:
+    """``build_claims("expertqa", path)``: ExpertQA claims (AttributionBench)."""
+    return build_claims("expertqa", path, seed=seed)
