@@ -103,8 +103,8 @@ def out_in_dtype(q, k, v, kwargs) -> torch.Tensor:
     s = (q @ k.repeat_interleave(g, dim=1).transpose(-1, -2)) * (kwargs.get("scale") or d**-0.5)
     if kwargs.get("softcap") is not None:
         s = kwargs["softcap"] * torch.tanh(s / kwargs["softcap"])
-    pos = torch.arange(seq - r, seq)[:, None]
-    key = torch.arange(seq)[None, :]
+    pos = torch.arange(seq - r, seq, device=q.device)[:, None]
+    key = torch.arange(seq, device=q.device)[None, :]
     vis = key <= pos
     if kwargs.get("window") is not None:
         vis = vis & (key > pos - kwargs["window"])

@@ -117,3 +117,26 @@ def test_auto_backend_on_cpu_is_torch(harness):
     b = fk.response_attention(*inputs, request=request, backend="torch", **kwargs)
     for name, t in harness.flatten(a).items():
         assert torch.equal(t, harness.flatten(b)[name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+@pytest.mark.parametrize(
+    "spec", [SHAPES[2], SHAPES[4], dict(b=2, hq=8, hkv=2, r=300, seq=1000, d=256)], ids=str
+)
+def test_public_api_on_cuda(harness, spec, backend, dtype):
+    case = harness.Case(**spec, pad="left", per_batch=True, softcap=30.0, dtype=dtype, seed=11)
+    inputs, kwargs, request = harness.make_case(case)
+    inputs = tuple(t.cuda() for t in inputs)
+    kwargs = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    request = fk.StatsRequest(
+        rows=True,
+        lookups=True,
+        columns=True,
+        sink_positions=request.sink_positions.cuda(),
+        diag_eps=request.diag_eps,
+    )
+    got = fk.response_attention(*inputs, request=request, backend=backend, **kwargs)
+    assert got.out.is_cuda and got.lse.is_cuda
+    harness.assert_matches(got, inputs, kwargs, request)
