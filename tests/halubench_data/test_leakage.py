@@ -124,3 +124,29 @@ def test_length_balancing_gives_length_auroc_one_half(seed):
         sel = lengths[keep] == length
         assert labels[keep][sel].sum() * 2 == sel.sum()
     assert np.array_equal(balance_lengths(lengths, labels, seed=seed), keep)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.1, 0.3, 0.5]))
+def test_link_groups_equals_brute_force_components(seed, min_share):
+    rng = np.random.default_rng(seed)
+    small_vocab = VOCAB[:12]  # few words: many shared 5-grams, boilerplate-like
+    texts = [" ".join(rng.choice(small_vocab, int(rng.integers(3, 30)))) for _ in range(25)]
+    sources = [str(s) for s in rng.integers(0, 2, 25)]
+    groups = link_groups(texts, sources, min_share=min_share)
+    # brute force: union every same-source pair whose share reaches min_share, then components
+    label = list(range(25))
+
+    def find(i):
+        while label[i] != i:
+            i = label[i]
+        return i
+
+    for i in range(25):
+        for j in range(i + 1, 25):
+            same = texts[i] == texts[j] or ngram_share(texts[i], texts[j]) >= min_share
+            if sources[i] == sources[j] and same:
+                label[find(i)] = find(j)
+    for i in range(25):
+        for j in range(25):
+            assert (groups[i] == groups[j]) == (find(i) == find(j))

@@ -16,6 +16,7 @@ These implement the paper's Appendix K on any dataset:
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import defaultdict
@@ -136,21 +137,8 @@ def link_groups(
     item_key = [uniq.setdefault((s, t), len(uniq)) for s, t in zip(srcs, texts, strict=True)]
     keys = list(uniq)
     uf = UnionFind(len(keys))
-    grams = [word_ngrams(t, n) for _, t in keys]
-    n_words = [len(words(t)) for _, t in keys]
-    index: dict[tuple[str, tuple[str, ...]], list[int]] = defaultdict(list)
-    for k, (s, _) in enumerate(keys):
-        for g in grams[k]:
-            index[(s, g)].append(k)
-    shared: dict[tuple[int, int], int] = defaultdict(int)
-    for members in index.values():
-        for x in range(len(members)):
-            for y in range(x + 1, len(members)):
-                shared[(members[x], members[y])] += 1
-    for (i, j), c in shared.items():
-        short = i if (n_words[i], 0) <= (n_words[j], 1) else j
-        if grams[short] and c / len(grams[short]) >= min_share:
-            uf.union(i, j)
+    for i, j in _overlap_pairs(keys, n, min_share):
+        uf.union(i, j)
     for source, rule in (extra_rules or {}).items():
         members = [k for k, (s, _) in enumerate(keys) if s == source]
         for x in range(len(members)):
@@ -160,6 +148,31 @@ def link_groups(
                     uf.union(i, j)
     names: dict[int, str] = {}
     return [names.setdefault(uf.find(k), f"{prefix}-{len(names)}") for k in item_key]
+
+
+def _overlap_pairs(keys: list[tuple[str, str]], n: int, min_share: float) -> list[tuple[int, int]]:
+    """Pairs (same source) where >= ``min_share`` of the shorter text's n-grams occur in the other.
+
+    Exact, with the prefix filter of set-similarity joins: if text ``i`` (the shorter) shares at
+    least ``t = ceil(min_share * |G_i|)`` n-grams with ``j``, then ``j`` holds one of the
+    ``|G_i| - t + 1`` rarest n-grams of ``i``. Only those postings are scanned, so boilerplate
+    n-grams shared by thousands of texts do not make the search quadratic.
+    """
+    grams = [word_ngrams(t, n) for _, t in keys]
+    size = [(len(words(t)), k) for k, (_, t) in enumerate(keys)]  # "shorter": fewer words, then index
+    postings: dict[tuple[str, tuple[str, ...]], list[int]] = defaultdict(list)
+    for k, (s, _) in enumerate(keys):
+        for g in grams[k]:
+            postings[(s, g)].append(k)
+    pairs = []
+    for i, (s, _) in enumerate(keys):
+        if not grams[i]:
+            continue
+        need = max(1, math.ceil(min_share * len(grams[i]) - 1e-9))
+        rare = sorted(grams[i], key=lambda g: (len(postings[(s, g)]), g))[: len(grams[i]) - need + 1]
+        cands = {j for g in rare for j in postings[(s, g)] if size[j] > size[i]}
+        pairs.extend((i, j) for j in cands if len(grams[i] & grams[j]) / len(grams[i]) >= min_share)
+    return pairs
 
 
 def assign_splits(
