@@ -1,13 +1,12 @@
 """Shared helpers of the flashstats-kernels tests, handed to tests as fixtures.
 
-``make_case`` draws inputs for a :class:`Case`; ``assert_matches_naive`` runs a backend and checks every
+``make_case`` draws inputs for a :class:`Case`; ``assert_matches`` checks a backend's result, every
 statistic against the fp64 naive reference with the tolerances of ``TOL``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from types import SimpleNamespace
 
 import flashstats_kernels as fk
@@ -25,7 +24,6 @@ TOL = {
     torch.float64: (3e-5, 3e-5),  # statistics are returned in float32 even for float64 inputs
 }
 OUT_SLACK = 2e-6  # absolute slack on top of the 2x rule (fp32 accumulation of `out` itself)
-HAS_TRITON_KERNELS = importlib.util.find_spec("flashstats_kernels.ops.forward.fused") is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +42,6 @@ class Case:
     transposed: bool = False  # q, k, v as transposed [B, T, H, D] views
     dtype: torch.dtype = torch.float32
     seed: int = 0
-
-    @property
-    def id(self) -> str:
-        extra = [self.pad] if self.pad != "none" else []
-        extra += ["softcap"] * (self.softcap is not None) + [f"W{self.window}"] * (self.window is not None)
-        extra += ["perbatch"] * self.per_batch + ["T"] * self.transposed + [str(self.dtype).split(".")[1]]
-        base = f"B{self.b}-R{self.r}-L{self.seq}-HQ{self.hq}-H{self.hkv}-D{self.d}-s{self.seed}"
-        return "-".join([base, *extra])
 
 
 def make_case(case: Case) -> tuple[tuple[torch.Tensor, ...], dict, fk.StatsRequest]:
