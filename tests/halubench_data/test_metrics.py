@@ -135,3 +135,14 @@ def test_results_table_formats_rows():
     table = M.results_table({"probe": r})
     assert table.splitlines()[0].startswith("| method | F1 [95% CI]")
     assert f"| probe | {r.f1:.3f} [{r.f1_ci[0]:.3f}, {r.f1_ci[1]:.3f}]" in table
+
+
+def test_evaluate_without_groups_and_with_one_class():
+    s, y, _ = _data(n=40, seed=8)
+    per_example = M.evaluate(s, y, None, 0.4, n_bootstrap=500)
+    assert per_example.n_groups == 40 and per_example.auroc == pytest.approx(roc_auc_score(y, s))
+    lo, hi = per_example.auroc_ci
+    assert lo < per_example.auroc < hi
+    one_class = M.evaluate([0.1, 0.9, 0.5], [0, 0, 0], ["a", "b", "c"], 0.5, n_bootstrap=50)
+    assert np.isnan(one_class.auroc) and one_class.f1 == 0.0 and one_class.precision == 0.0
+    assert M.results_table([("x", per_example)]).count("\n") == 2
