@@ -43,7 +43,7 @@ def test_statistics_match_eager_attention(helpers, case, device):
     kind, lengths, answers = CASES[case]
     request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0, 2))
     fs, eager, ids, mask, start = _record(
-        helpers, kind, lengths, answers, device, request=request, hidden_layers=[0, 1]
+        helpers, kind, lengths, answers, device, request=request, hidden_layers=[0, 1, -1]
     )
     ref = helpers.eager_forward(eager, ids, mask)
     n_layers = eager.config.num_hidden_layers

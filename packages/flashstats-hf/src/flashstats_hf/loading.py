@@ -74,6 +74,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        tmp.chmod(0o755)  # mkdtemp creates the folder private
         try:
             tmp.rename(target)
         except OSError:  # another process finished first

@@ -106,7 +106,7 @@ def _describe(x: object) -> str:
 
 
 def _layer_indices(value: object, count: int, name: str) -> tuple[int, ...]:
-    """Sorted, de-duplicated layer indices in ``[0, count)``; None means all."""
+    """Sorted, de-duplicated indices in ``[0, count)`` (negative ones count from the end); None: all."""
     if value is None:
         return tuple(range(count))
     if isinstance(value, int) and not isinstance(value, bool):
@@ -115,10 +115,10 @@ def _layer_indices(value: object, count: int, name: str) -> tuple[int, ...]:
         isinstance(i, int) and not isinstance(i, bool) for i in value
     ):
         raise TypeError(f"{name} must be None, an int or a sequence of ints, got {value!r}")
-    bad = [i for i in value if not 0 <= i < count]
+    bad = [i for i in value if not -count <= i < count]
     if bad:
-        raise ValueError(f"{name} must lie in [0, {count}), got {bad}")
-    return tuple(sorted(set(value)))
+        raise ValueError(f"{name} must lie in [-{count}, {count}), got {bad}")
+    return tuple(sorted({i % count for i in value}))
 
 
 def _resolve_request(request: object, batch: _Batch) -> StatsRequest:
@@ -176,6 +176,8 @@ class _HiddenCapture:
 
     def __enter__(self) -> _HiddenCapture:
         for index in self.indices:
+            if index == len(self.layers):  # the final normed state: taken from the body's output
+                continue
             if index == 0:
 
                 def pre(module, args, kwargs, index=index):
@@ -266,10 +268,12 @@ def record_forward(
         request: statistic families and sink positions. None: rows, lookups and columns with one
             sink at each example's first real token. Tuple sink positions count from each example's
             first real token; a ``[B, S]`` tensor gives padded positions.
-        layers: indices of the layers to score; None scores every layer.
+        layers: indices of the decoder layers to score (negative ones count from the end); None
+            scores every layer.
         logits: whether to compute the seven logit statistics (:data:`flashstats_hf.LOGIT_STAT_NAMES`).
-        hidden_layers: hidden states to keep at answer tokens (0 = embeddings, ``i`` = output of
-            decoder layer ``i - 1``); None keeps none.
+        hidden_layers: hidden states to keep at answer tokens, indexed like Transformers'
+            ``output_hidden_states``: 0 = embeddings, ``i`` = output of decoder layer ``i - 1``, the last
+            index (``num_layers``) after the final norm; negative indices count from the end. None keeps none.
         backend: kernel backend: ``"auto"`` (Triton on CUDA, PyTorch on CPU), ``"torch"`` or ``"triton"``.
 
     Returns:
@@ -318,6 +322,8 @@ def record_forward(
             use_cache=False,
         )
         logit_stats = _logit_block(model, out[0], input_ids, batch) if logits else None
+        if len(decoder_layers) in kept:
+            capture._keep(len(decoder_layers), out[0])
     done = tuple(i for i in scored if i in recorder.results)
     rows, lookups, columns = _stack_layers([recorder.results[i] for i in done])
     return ForwardStats(

@@ -41,8 +41,9 @@ class ForwardStats:
     logit_stat_names: tuple[str, ...] = ()
     """Names of the ``V`` logit statistics, in order."""
     hidden_layers: tuple[int, ...] = ()
-    """Indices of the layers whose hidden states are kept: 0 = the input of the first decoder layer
-    (embeddings), ``i >= 1`` = the output of decoder layer ``i - 1`` (0-based), before any final norm."""
+    """Indices of the kept hidden states, as in Transformers' ``output_hidden_states``: 0 = the input
+    of the first decoder layer (embeddings), ``i`` = the output of decoder layer ``i - 1`` (0-based),
+    and the last index (the number of layers) the final normed state."""
     hidden: torch.Tensor | None = None
     """``[B, NH, A, Dm] float32``: hidden states at answer tokens."""
     response_start: torch.Tensor | None = None

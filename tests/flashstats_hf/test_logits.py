@@ -1,0 +1,52 @@
+"""logit_statistics against a direct computation from sorted probabilities."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flashstats_hf import LOGIT_STAT_NAMES, logit_statistics
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (7, 33), (64, 1000)], ids=lambda s: f"N{s[0]}-V{s[1]}")
+def test_logit_statistics_match_sorted_probabilities(shape):
+    g = torch.Generator().manual_seed(shape[1])
+    logits = torch.randn(shape, generator=g) * 3
+    targets = torch.randint(0, shape[1], (shape[0],), generator=g)
+    got = logit_statistics(logits, targets).double()
+    assert got.shape == (shape[0], len(LOGIT_STAT_NAMES))
+    for n in range(shape[0]):
+        p = torch.softmax(logits[n].double(), -1)
+        srt, order = torch.sort(p, descending=True)
+        y = int(targets[n])
+        rank = int((order == y).nonzero()) + 1
+        exp = [
+            p[y].log(),
+            rank,
+            -(p * p.log()).sum(),
+            srt[0],
+            srt[0] - srt[1],
+            srt[:5].sum(),
+            srt[0].log() - p[y].log(),
+        ]
+        torch.testing.assert_close(got[n], torch.tensor(exp, dtype=torch.float64), atol=1e-5, rtol=1e-5)
+
+
+def test_answer_on_top_gives_rank_one_and_zero_gap():
+    logits = torch.tensor([[0.0, 5.0, 1.0, -2.0, 0.5, 0.1]])
+    stats = dict(zip(LOGIT_STAT_NAMES, logit_statistics(logits, torch.tensor([1]))[0].tolist(), strict=True))
+    assert stats["answer_rank"] == 1.0 and stats["top1_answer_gap"] == 0.0
+    assert stats["answer_logprob"] == pytest.approx(
+        stats["top1_prob"] and torch.log_softmax(logits, -1)[0, 1].item()
+    )
+
+
+def test_masked_vocabulary_entries_do_not_make_nans():
+    logits = torch.tensor([[2.0, float("-inf"), 1.0, 0.0, -1.0, -3.0]])
+    assert torch.isfinite(logit_statistics(logits, torch.tensor([0]))).all()
+
+
+def test_bad_shapes_raise():
+    with pytest.raises(ValueError, match=r"logits \[N, V\]"):
+        logit_statistics(torch.zeros(2, 3, 8), torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="at least 5"):
+        logit_statistics(torch.zeros(2, 4), torch.zeros(2, dtype=torch.int64))
