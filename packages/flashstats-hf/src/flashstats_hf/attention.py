@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from transformers import AttentionInterface
@@ -54,7 +55,7 @@ def flashstats_mask(
     kv_offset: int = 0,
     mask_function: Callable = causal_mask_function,
     attention_mask: torch.Tensor | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> torch.Tensor | None:
     """Mask function registered as ``"attnstats"`` in ``AttentionMaskInterface``.
 
@@ -120,7 +121,7 @@ def flashstats_attention_forward(
     sliding_window: int | None = None,
     softcap: float | None = None,
     is_causal: bool | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Attention function registered as ``"attnstats"`` in ``AttentionInterface``.
 

@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 DEFAULT_USER_TEMPLATE = "{context}\n\n{question}"
 """How context and question form the user turn (an empty question leaves the context alone)."""
 
 
 def format_example(
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     context: str,
     question: str,
     answer: str,
@@ -73,7 +74,7 @@ def format_example(
     return ids, start
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

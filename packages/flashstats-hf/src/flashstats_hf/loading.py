@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 
@@ -91,7 +92,7 @@ def load_model(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
     cache_dir: str | os.PathLike | None = None,
-):
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads a causal LM with the ``"attnstats"`` attention, and its tokenizer, in eval mode.
 
     Args:
