@@ -1,1 +1,88 @@
+"""Compact hallucination detectors on proxy-model attention statistics, hidden states and logits.
+
+Scores everywhere: higher means more likely hallucinated; labels: 1 = hallucinated.
+
+Public names are imported lazily, so ``import halluprobe`` (and ``halluprobe --help``) does not
+import torch or scikit-learn until a name that needs them is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
+    from halluprobe.cache import FeatureCache
+    from halluprobe.detector import Detector, Prediction
+    from halluprobe.detectors import INTRYGUE, RAUQ, TOHA, LLMCheckAttention, LookbackLens, SinkProbe, mtopdiv
+    from halluprobe.extract import ProxyExtractor, extract_records
+    from halluprobe.induction import induction_scores, rank_heads
+    from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
+    from halluprobe.records import ExampleRecord, reduce_forward
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "A7Block": "blocks",
+    "A64Block": "blocks",
+    "H64Block": "blocks",
+    "L9Block": "blocks",
+    "parse_feature_set": "blocks",
+    "FeatureCache": "cache",
+    "Detector": "detector",
+    "Prediction": "detector",
+    "INTRYGUE": "detectors",
+    "RAUQ": "detectors",
+    "TOHA": "detectors",
+    "LLMCheckAttention": "detectors",
+    "LookbackLens": "detectors",
+    "SinkProbe": "detectors",
+    "mtopdiv": "detectors",
+    "ProxyExtractor": "extract",
+    "extract_records": "extract",
+    "induction_scores": "induction",
+    "rank_heads": "induction",
+    "ProbeFit": "protocol",
+    "fit_blocks": "protocol",
+    "select_heads": "protocol",
+    "select_sink_count": "protocol",
+    "train_feature_sets": "protocol",
+    "ExampleRecord": "records",
+    "reduce_forward": "records",
+}
+
+__all__ = [
+    "A64Block",
+    "A7Block",
+    "Detector",
+    "ExampleRecord",
+    "FeatureCache",
+    "H64Block",
+    "INTRYGUE",
+    "L9Block",
+    "LLMCheckAttention",
+    "LookbackLens",
+    "Prediction",
+    "ProbeFit",
+    "ProxyExtractor",
+    "RAUQ",
+    "SinkProbe",
+    "TOHA",
+    "extract_records",
+    "fit_blocks",
+    "induction_scores",
+    "mtopdiv",
+    "parse_feature_set",
+    "rank_heads",
+    "reduce_forward",
+    "select_heads",
+    "select_sink_count",
+    "train_feature_sets",
+]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"halluprobe.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'halluprobe' has no attribute {name!r}")

@@ -287,12 +287,11 @@ def mtopdiv(weights: np.ndarray, prompt_len: int) -> float:
         )
     start = length - r
     dist = np.full((r + 1, r + 1), np.inf)  # vertex 0 = prompt, vertex 1 + i = response token i
-    for i in range(r):
-        row = w[i]
-        dist[0, 1 + i] = dist[1 + i, 0] = 1.0 - row[:prompt_len].max()
-        for j in range(i):
-            dist[1 + i, 1 + j] = dist[1 + j, 1 + i] = 1.0 - row[start + j]
-    # keys between the prompt and the response (none in our layout) would be prompt-side anyway
+    dist[0, 1:] = dist[1:, 0] = 1.0 - w[:, :prompt_len].max(1)
+    resp = 1.0 - w[:, start:]  # [R, R]: row i, response key j
+    lower = np.tril(np.ones((r, r), dtype=bool), -1)
+    sym = np.where(lower, resp, np.inf)
+    dist[1:, 1:] = np.minimum(sym, sym.T)
     in_tree = np.zeros(r + 1, dtype=bool)
     in_tree[0] = True
     best = dist[0].copy()

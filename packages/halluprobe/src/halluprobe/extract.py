@@ -79,7 +79,8 @@ class ProxyExtractor:
         model: A causal LM (``flashstats_hf.load_model``).
         tokenizer: Its tokenizer (with a chat template).
         layers: Scored layers (``None``: all).
-        hidden_layers: Hidden layers kept for H64 (``None``: the middle layer).
+        hidden_layers: Hidden states kept for H64, numbered as ``record_forward`` does (0 = embeddings,
+            ``i`` = output of block ``i - 1``); ``None``: the middle layer's output.
         toha: Also compute TOHA's MTopDiv of every head from the dense response block.
     """
 
@@ -112,7 +113,7 @@ class ProxyExtractor:
         from flashstats_hf import format_example
 
         ids, start = format_example(self.tokenizer, ex.context, ex.question, ex.answer)
-        ids = [int(t) for t in (ids.reshape(-1).tolist() if torch.is_tensor(ids) else ids)]
+        ids = [int(t) for t in ids]
         self._lengths[ex.id] = len(ids)
         return ids, int(start)
 
@@ -124,26 +125,18 @@ class ProxyExtractor:
 
     @torch.no_grad()
     def forward(self, encoded: list[tuple[list[int], int]]):
-        """One recorded forward of a batch of encoded examples (right padding)."""
-        from flashstats_hf import record_forward
-        from flashstats_kernels.types import StatsRequest
+        """One recorded forward of a batch of encoded examples (left padding, BOS sink = first real key)."""
+        from flashstats_hf import DEFAULT_REQUEST, collate, record_forward
 
         dev = next(self.model.parameters()).device
-        n = max(len(ids) for ids, _ in encoded)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        input_ids = torch.full((len(encoded), n), int(pad), dtype=torch.long)
-        mask = torch.zeros((len(encoded), n), dtype=torch.long)
-        for i, (ids, _) in enumerate(encoded):
-            input_ids[i, : len(ids)] = torch.tensor(ids)
-            mask[i, : len(ids)] = 1
-        starts = torch.tensor([s for _, s in encoded])
-        request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0,))
+        batch = collate(encoded, pad_token_id=int(pad)).to(dev)
         return record_forward(
             self.model,
-            input_ids.to(dev),
-            response_start=starts.to(dev),
-            attention_mask=mask.to(dev),
-            request=request,
+            batch.input_ids,
+            response_start=batch.response_start,
+            attention_mask=batch.attention_mask,
+            request=DEFAULT_REQUEST,
             layers=self.layers,
             logits=True,
             hidden_layers=self.hidden_layers,

@@ -8,7 +8,7 @@ context length, so a dataset's records fit a cache of shards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -176,4 +176,27 @@ def reduce_forward(fs, ids: list[str], mtopdiv: torch.Tensor | None = None) -> l
                 mtopdiv=(mtopdiv[b].float().cpu().numpy() if mtopdiv is not None else np.zeros((0, 0))),
             )
         )
+    return out
+
+
+def token_records(fs, b: int, record: ExampleRecord) -> list[ExampleRecord]:
+    """One pseudo-record per answer token of example ``b``, for per-token scores.
+
+    Each copy of ``record`` has every *mean*-pooled quantity (head statistics, logit statistics,
+    hidden-state mean) replaced by its value at that token; the other poolings keep the example's
+    values. Every feature block is affine in the mean-pooled quantities, so a linear probe's logits
+    of these pseudo-records average exactly to the example's logit.
+    """
+    length = record.answer_len
+    series = _head_series(fs, b, length).numpy()  # [NL, H, F, A]
+    hidden = fs.hidden[b, :, :length].float().cpu().numpy()  # [NH, A, Dm]
+    out = []
+    for t in range(length):
+        hs = record.head_stats.copy()
+        hs[..., 0] = series[..., t]
+        lp = record.logit_pooled.copy()
+        lp[:, 0] = record.token_logit[t]
+        hp = record.hidden_pooled.copy()
+        hp[:, 0] = hidden[:, t]
+        out.append(replace(record, id=f"{record.id}#{t}", head_stats=hs, logit_pooled=lp, hidden_pooled=hp))
     return out

@@ -1,0 +1,228 @@
+"""``halluprobe``: extract features, train and evaluate detectors, score one answer.
+
+The parser is built by :func:`build_parser` without importing torch, Transformers or scikit-learn,
+so ``halluprobe --help`` is fast; every command imports what it needs inside its function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
+"""Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
+DEFAULT_OUT = "runs/default"
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dataset",
+        default="default",
+        help="'default' (the embedded halubench-data set), a JSONL file of examples, or a halubench-data "
+        "builder name followed by its source: NAME:PATH (e.g. halubench:/data/halubench)",
+    )
+    p.add_argument("--limit", type=int, default=None, help="use at most N examples of each split")
+    p.add_argument(
+        "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
+    )
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
+    p.add_argument("--batch-size", type=int, default=8, help="examples per proxy forward (default: 8)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``halluprobe`` argument parser (no heavy imports)."""
+    parser = argparse.ArgumentParser(
+        prog="halluprobe",
+        description="Hallucination detectors on proxy-model attention statistics, hidden states and logits.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("extract", help="run the proxy over a dataset and cache per-example records")
+    _add_data_args(p)
+    p.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"run folder; the cache goes to OUT/cache (default {DEFAULT_OUT})"
+    )
+    p.add_argument("--toha", action="store_true", help="also materialise response blocks for TOHA (slower)")
+    p = sub.add_parser("train", help="fit feature-set probes and detectors; write a report and detectors")
+    _add_data_args(p)
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
+    p.add_argument(
+        "--feature-sets",
+        default=",".join(DEFAULT_FEATURE_SETS),
+        help="comma-separated feature sets from A7, A64, H64, L9 (e.g. A7H64) or ALL "
+        f"(default {','.join(DEFAULT_FEATURE_SETS)})",
+    )
+    p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
+    p.add_argument(
+        "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
+    )
+    p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
+    _add_data_args(p)
+    p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
+    p.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    p.add_argument(
+        "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
+    )
+    p = sub.add_parser("predict", help="score one (context, question, answer) triple")
+    p.add_argument("detector", help="folder of a saved detector")
+    p.add_argument("--context", required=True)
+    p.add_argument("--question", default="")
+    p.add_argument("--answer", required=True)
+    p.add_argument("--device", default=None)
+    p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
+    return parser
+
+
+def parse_layers(text: str | None) -> tuple[int, ...] | None:
+    """``'0-3,7'`` -> ``(0, 1, 2, 3, 7)``; ``None`` -> ``None`` (all layers)."""
+    if text is None:
+        return None
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError as exc:
+        raise ValueError(f"--layers expects e.g. '0-11' or '3,5,7', got {text!r}") from exc
+    return tuple(sorted(out))
+
+
+def load_dataset(spec: str, limit: int | None = None):
+    """A halubench-data ``Dataset`` from ``'default'``, a JSONL path or ``NAME:PATH``; ``limit`` per split."""
+    import halubench_data as hd
+
+    if spec == "default":
+        ds = hd.build_default()
+    elif spec.endswith(".jsonl") or Path(spec).is_file():
+        ds = hd.read_jsonl(spec)
+    elif ":" in spec:
+        name, source = spec.split(":", 1)
+        builder = getattr(hd.builders, f"build_{name.replace('-', '_')}", None)
+        if builder is None:
+            raise ValueError(f"unknown halubench-data builder {name!r}")
+        ds = builder(source)
+    else:
+        raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
+    if limit is not None:
+        if limit < 2:
+            raise ValueError(f"--limit must be >= 2, got {limit}")
+        keep = [ex for s in ("train", "validation", "test") for ex in ds.split(s).examples[:limit]]
+        ds = hd.Dataset(tuple(keep), ds.name)
+    return ds
+
+
+def _device(name: str | None) -> str:
+    import torch
+
+    return name or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _setup(args):
+    """Dataset, extractor and cache of a run."""
+    from flashstats_hf import load_model
+
+    from halluprobe.cache import FeatureCache
+    from halluprobe.extract import ProxyExtractor
+
+    ds = load_dataset(args.dataset, args.limit)
+    print(f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test")
+    model, tok = load_model(args.proxy, device=_device(args.device))
+    ext = ProxyExtractor(model, tok, parse_layers(args.layers), toha=bool(getattr(args, "toha", False)))
+    settings = {**ext.settings, "proxy": args.proxy or "default"}
+    cache = FeatureCache(Path(args.out) / "cache", settings)
+    return ds, ext, cache
+
+
+def _extract_split(ds, ext, cache, split: str, batch_size: int):
+    from halluprobe.extract import extract_records
+
+    part = ds.split(split)
+    return extract_records(
+        part.examples, ext, cache, batch_size=batch_size, length=ext.length, progress=True, desc=split
+    )
+
+
+def cmd_extract(args) -> int:
+    """``halluprobe extract``."""
+    ds, ext, cache = _setup(args)
+    for split in ("train", "validation", "test"):
+        _extract_split(ds, ext, cache, split, args.batch_size)
+    print(f"{len(cache)} records in {cache.root}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
+    from halluprobe.training import run_training
+
+    ds, ext, cache = _setup(args)
+    records = {s: _extract_split(ds, ext, cache, s, args.batch_size) for s in ("train", "validation", "test")}
+    sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
+    table = run_training(
+        ds,
+        records,
+        ext,
+        sets,
+        Path(args.out),
+        proxy=args.proxy,
+        published=not args.no_published,
+        toha=args.toha,
+    )
+    print(table)
+    print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``halluprobe evaluate``: F1/AUROC of a saved detector on one split."""
+    import numpy as np
+    from halubench_data.metrics import evaluate, results_table
+
+    from halluprobe.cache import FeatureCache
+    from halluprobe.detector import Detector
+    from halluprobe.extract import extract_records
+
+    det = Detector.load(args.detector)
+    ext = det.extractor(_device(args.device))
+    part = load_dataset(args.dataset, args.limit).split(args.split)
+    cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
+    recs = extract_records(
+        part.examples, ext, cache, batch_size=args.batch_size, length=ext.length, progress=True
+    )
+    scores = det.fit.predict_proba(recs)
+    res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
+    print(results_table({f"{det.fit.feature_set} ({args.split})": res}))
+    return 0
+
+
+def cmd_predict(args) -> int:
+    """``halluprobe predict``: probability, label and optionally per-token scores of one answer."""
+    from halluprobe.detector import Detector
+
+    det = Detector.load(args.detector)
+    pred = det.predict(args.context, args.question, args.answer, device=_device(args.device))
+    verdict = "hallucinated" if pred.label else "supported"
+    print(f"p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
+    if args.tokens:
+        for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
+            print(f"{s:6.3f}  {tok!r}")
+    return 0
+
+
+COMMANDS = {"extract": cmd_extract, "train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``halluprobe`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"halluprobe {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The Markdown report of ``halluprobe train`` with ROC and precision-recall plots (matplotlib Agg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from halluprobe.cache import atomic_write_bytes
+
+
+def _curves(scores: np.ndarray, y: np.ndarray):
+    from sklearn.metrics import precision_recall_curve, roc_curve
+
+    fpr, tpr, _ = roc_curve(y, scores)
+    prec, rec, _ = precision_recall_curve(y, scores)
+    return (fpr, tpr), (rec, prec)
+
+
+def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray) -> list[str]:
+    """Write ``roc.png`` and ``pr.png`` under ``out``; returns the file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = {"roc.png": plt.subplots(figsize=(5.5, 5)), "pr.png": plt.subplots(figsize=(5.5, 5))}
+    for name, s in test_scores.items():
+        roc, pr = _curves(np.asarray(s, dtype=np.float64), y)
+        figs["roc.png"][1].plot(*roc, label=name, lw=1.2)
+        figs["pr.png"][1].plot(*pr, label=name, lw=1.2)
+    ax = figs["roc.png"][1]
+    ax.plot([0, 1], [0, 1], "k:", lw=0.8)
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)")
+    ax = figs["pr.png"][1]
+    ax.axhline(float(np.mean(y)), color="k", ls=":", lw=0.8)
+    ax.set(xlabel="recall", ylabel="precision", title="Precision-recall (test, hallucinated class)")
+    for fname, (fig, ax) in figs.items():
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        tmp = out / f".{fname}.tmp.png"
+        fig.savefig(tmp, dpi=110)
+        tmp.replace(out / fname)
+        plt.close(fig)
+    return list(figs)
+
+
+def write_report(out: Path, table: str, results, test_scores, y, fits, tests, dataset_name: str) -> Path:
+    """Write ``out/report.md`` (results table, selections, addition tests, plots); returns its path."""
+    plot_curves(out, test_scores, np.asarray(y))
+    lines = [
+        f"# halluprobe report: {dataset_name}",
+        "",
+        "Test F1 at the validation-F1 threshold and test AUROC, with 95% group-bootstrap intervals.",
+        "Scores: higher means more likely hallucinated.",
+        "",
+        table,
+        "",
+        "## What validation chose",
+        "",
+        "| feature set | C | threshold | validation AUROC | other |",
+        "|---|---|---|---|---|",
+    ]
+    for name, fit in fits.items():
+        other = ", ".join(f"{k}={int(v)}" for k, v in fit.selection.items()) or "-"
+        lines.append(f"| {name} | {fit.C:g} | {fit.threshold:.3f} | {fit.val_auroc:.3f} | {other} |")
+    if tests:
+        lines += [
+            "",
+            "## Block additions (paired group bootstrap of test F1, 100,000 resamples, seed 42, Holm)",
+            "",
+            "| addition | ΔF1 | 95% CI | p | p (Holm) |",
+            "|---|---|---|---|---|",
+        ]
+        for t in tests:
+            ci = f"[{t['ci'][0]:.3f}, {t['ci'][1]:.3f}]"
+            lines.append(
+                f"| {t['comparison']} | {t['delta']:+.3f} | {ci} | {t['p']:.4f} | {t['p_holm']:.4f} |"
+            )
+    lines += ["", "## Curves", "", "![ROC](roc.png)", "", "![PR](pr.png)", ""]
+    lines += ["Detectors: `detectors/<feature set>/` (load with `halluprobe.Detector.load`).", ""]
+    path = out / "report.md"
+    atomic_write_bytes(path, "\n".join(lines).encode())
+    return path
