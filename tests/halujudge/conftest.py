@@ -7,6 +7,8 @@ import torch
 from halubench_data import Example
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -52,6 +54,19 @@ def tiny_qwen2(tiny_tokenizer) -> Qwen2ForCausalLM:
         pad_token_id=tiny_tokenizer.pad_token_id,
     )  # fmt: skip
     return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_tokenizer) -> LlamaForCausalLM:
+    # A saved Qwen2 checkpoint would be reloaded with Transformers' Qwen2Tokenizer, which ignores our
+    # word-level tokenizer.json; Llama keeps the saved tokenizer class, so the CLI test saves a Llama.
+    torch.manual_seed(3)
+    config = LlamaConfig(
+        vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        pad_token_id=tiny_tokenizer.pad_token_id,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).eval()
 
 
 def _t5_config(tok: PreTrainedTokenizerFast, **extra) -> T5Config:

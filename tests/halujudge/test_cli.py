@@ -1,0 +1,90 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from halubench_data import write_jsonl
+from halujudge import list_templates
+from halujudge.cli import TEMPLATES, build_parser, main
+
+
+def test_parser_reads_the_documented_options(tmp_path):
+    args = build_parser().parse_args(
+        ["evaluate", "--judge", "smollm2", "--dataset", "d.jsonl", "--out", str(tmp_path), "--template",
+         "claims", "--limit", "5", "--batch-size", "2", "--device", "cuda"]
+    )  # fmt: skip
+    assert (args.judge, args.template, args.limit, args.batch_size, args.device) == (
+        "smollm2",
+        "claims",
+        5,
+        2,
+        "cuda",
+    )
+    assert args.out == tmp_path and args.checker is None
+    assert set(TEMPLATES) == set(list_templates())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["evaluate", "--dataset", "d", "--out", "o"], "one of the arguments --judge --checker is required"),
+        (["evaluate", "--checker", "minicheck", "--dataset", "d", "--out", "o"], "needs --model PATH"),
+        (
+            ["evaluate", "--checker", "hhem", "--model", "m", "--dataset", "d", "--out", "o"],
+            "needs --foundation",
+        ),
+        (
+            ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "0"],
+            "--limit must be a positive",
+        ),
+    ],
+)
+def test_bad_command_lines_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_help_does_not_import_torch_or_transformers():
+    code = (
+        "import sys\nfrom halujudge.cli import main\ntry:\n    main(['evaluate', '--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "--judge MODEL" in out and out.strip().endswith("[]")
+
+
+def test_evaluate_end_to_end_and_resume(tiny_llama, tiny_tokenizer, make_example, tmp_path, capsys):
+    model_dir = tmp_path / "tiny-judge"
+    tiny_llama.save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    labels = [1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0]
+    examples = [make_example(i, y, "validation" if i < 6 else "test") for i, y in enumerate(labels)]
+    data = write_jsonl(examples, tmp_path / "toy.jsonl")
+    out = tmp_path / "out"
+    argv = ["evaluate", "--judge", str(model_dir), "--dataset", str(data), "--out", str(out), "--limit", "5",
+            "--n-bootstrap", "100", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    selection = json.loads((out / "selection.json").read_text())
+    chosen = selection["template_selection"]["template"]
+    assert chosen in list_templates() and set(selection["template_selection"]["aurocs"]) == set(
+        list_templates()
+    )
+    assert f"tiny-judge / {chosen}" in (out / "results.md").read_text() and "F1 [95% CI]" in printed
+    scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(scores) == 10 and all(0 <= s["score"] <= 1 for s in scores)  # --limit 5 per split
+    cached = (out / "cache.jsonl").read_text().count("\n")
+    assert cached == 4 * 5 + 5  # every template on validation, the chosen one on test
+    assert main(argv) == 0  # a rerun reads everything from the cache
+    assert (out / "cache.jsonl").read_text().count("\n") == cached
+    assert json.loads((out / "selection.json").read_text()) == selection
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
+    assert (
+        main(["evaluate", "--judge", "x", "--dataset", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+        == 2
+    )
+    assert "no such file" in capsys.readouterr().err

