@@ -6,9 +6,10 @@ import copy
 
 import pytest
 import torch
-from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES, record_forward
+from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES, load_model, record_forward
 from flashstats_kernels import StatsRequest
-from transformers import AutoModelForCausalLM
+from tokenizers import Tokenizer, models
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 TOL = {"cpu": dict(atol=2e-4, rtol=2e-4), "cuda": dict(atol=3e-3, rtol=3e-3)}  # cuda: TF32-class dots
@@ -182,3 +183,19 @@ def test_bad_inputs_raise_clear_errors(helpers):
     ours.train()
     with pytest.raises(ValueError, match="eval mode"):
         record_forward(ours, ids, response_start=start, attention_mask=mask)
+
+
+def test_load_model_from_a_local_folder(helpers, tmp_path):
+    ours, _ = helpers.tiny_models("qwen3")
+    ours.save_pretrained(tmp_path)
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path)
+    model, tokenizer = load_model(tmp_path, dtype=torch.float64)
+    assert model.config._attn_implementation == ATTN_IMPLEMENTATION and not model.training
+    assert next(model.parameters()).dtype == torch.float64
+    for (name, p), (_, q) in zip(ours.named_parameters(), model.named_parameters(), strict=True):
+        torch.testing.assert_close(p.double(), q, msg=name)
+    with pytest.raises(FileNotFoundError, match="GGUF"):
+        load_model(tmp_path / "missing.gguf")
+    with pytest.raises(TypeError, match="torch.dtype"):
+        load_model(tmp_path, dtype="float32")

@@ -277,7 +277,8 @@ def record_forward(
         backend: kernel backend: ``"auto"`` (Triton on CUDA, PyTorch on CPU), ``"torch"`` or ``"triton"``.
 
     Returns:
-        ForwardStats with answer-aligned statistics (see :class:`flashstats_hf.ForwardStats`).
+        ForwardStats with answer-aligned statistics (see :class:`flashstats_hf.ForwardStats`), on the
+        model's device (inputs are moved there).
 
     Shape:
         - rows / lookups: ``[B, NL, Hq, A]`` (sinks ``[B, NL, Hq, A, S]``), columns ``[B, NL, Hq, L]``,
@@ -293,6 +294,9 @@ def record_forward(
     if model.training:
         raise ValueError("model must be in eval mode (call model.eval()) for record_forward")
     body, decoder_layers = _decoder(model)
+    device = next(model.parameters()).device
+    if isinstance(input_ids, torch.Tensor):
+        input_ids = input_ids.to(device)
     batch = _as_batch(input_ids, response_start, attention_mask)
     scored = _layer_indices(layers, len(decoder_layers), "layers")
     kept = (
