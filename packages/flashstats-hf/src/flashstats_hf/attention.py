@@ -164,7 +164,7 @@ def flashstats_attention_forward(
         warnings.warn(f"flashstats: layer {layer_idx} runs unscored: {reason}", stacklevel=2)
     if exotic:
         out = _exotic_attention(
-            module, query, key, value, attention_mask, dropout, scale, softcap, causal, kwargs
+            module, query, key, value, attention_mask, dropout, scale, softcap, causal, window, kwargs
         )
         return out, None
     mask = _full_mask(query, key, attention_mask, window, recorder)
@@ -173,28 +173,26 @@ def flashstats_attention_forward(
 
 
 def _exotic_attention(
-    module, query, key, value, mask, dropout, scale, softcap, causal, kwargs
+    module, query, key, value, mask, dropout, scale, softcap, causal, window, kwargs
 ) -> torch.Tensor:
     """Unscored attention for dense masks, non-causal layers or position biases: ``[B, Lq, Hq, D]``."""
     lq, lk = query.shape[2], key.shape[2]
-    if mask is not None and mask.ndim == 2:  # a keep mask on a non-causal or position-biased layer
+    if mask is None or mask.ndim == 2:  # keep mask (or none): spell out causality, window and padding
         if causal:
-            mask = visibility(torch.arange(lk - lq, lk, device=query.device), lk, mask, None)
-        else:
+            mask = visibility(torch.arange(lk - lq, lk, device=query.device), lk, mask, window)
+        elif mask is not None:
             mask = mask[:, None, None, :]
     if softcap is None:
         kwargs.pop("output_attentions", None)
         return sdpa_attention_forward(
-            module, query, key, value, mask, dropout, scaling=scale, is_causal=causal, **kwargs
+            module, query, key, value, mask, dropout, scaling=scale, is_causal=False, **kwargs
         )[0]
     if kwargs.get("position_bias") is not None:
         raise ValueError("flashstats: soft-capped attention with a position bias is not supported")
     if mask is None:
-        mask = visibility(torch.arange(lk - lq, lk, device=query.device), lk, None, None) if causal else None
+        mask = torch.ones(1, 1, lq, lk, dtype=torch.bool, device=query.device)
     elif mask.dtype != torch.bool:
         mask = mask > torch.finfo(mask.dtype).min / 2
-    if mask is None:
-        mask = torch.ones(1, 1, lq, lk, dtype=torch.bool, device=query.device)
     out = plain_attention(query, key, value, mask, scale=scale, softcap=softcap, dropout=dropout)
     return out.transpose(1, 2).contiguous()
 
