@@ -106,11 +106,30 @@ def load_dataset(spec: str, limit: int | None = None):
     else:
         raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
     if limit is not None:
-        if limit < 2:
-            raise ValueError(f"--limit must be >= 2, got {limit}")
-        keep = [ex for s in ("train", "validation", "test") for ex in ds.split(s).examples[:limit]]
-        ds = hd.Dataset(tuple(keep), ds.name)
+        ds = hd.Dataset(
+            tuple(
+                ex for split in ("train", "validation", "test") for ex in _subsample(ds.split(split), limit)
+            ),
+            ds.name,
+        )
     return ds
+
+
+def _subsample(part, limit: int) -> list:
+    """At most ``limit`` examples of a split: a seeded shuffle, alternating labels while both remain."""
+    import random
+
+    if limit < 2:
+        raise ValueError(f"--limit must be >= 2, got {limit}")
+    pool = list(part.examples)
+    random.Random(0).shuffle(pool)
+    by_label = {0: [ex for ex in pool if ex.label == 0], 1: [ex for ex in pool if ex.label == 1]}
+    out: list = []
+    while len(out) < min(limit, len(pool)):
+        for lab in (1, 0):
+            if by_label[lab] and len(out) < limit:
+                out.append(by_label[lab].pop(0))
+    return sorted(out, key=pool.index)
 
 
 def _device(name: str | None) -> str:

@@ -1,0 +1,95 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from halluprobe.cli import build_parser, load_dataset, main, parse_layers
+
+
+def test_parser_builds_without_heavy_imports():
+    code = (
+        "import sys\n"
+        "from halluprobe.cli import build_parser\n"
+        "p = build_parser()\n"
+        "p.parse_args(['train'])\n"
+        "heavy = [m for m in ('torch', 'sklearn', 'transformers', 'flashstats_hf') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_of_every_command():
+    for cmd in ([], ["train"], ["extract"], ["evaluate"], ["predict"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "halluprobe.cli", *cmd, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "usage: halluprobe" in out.stdout
+
+
+def test_train_defaults_and_options():
+    args = build_parser().parse_args(["train"])
+    assert args.dataset == "default" and args.out == "runs/default" and args.limit is None
+    assert args.proxy is None and args.device is None and args.layers is None
+    assert "A7H64" in args.feature_sets.split(",")
+    args = build_parser().parse_args(
+        ["train", "--dataset", "x.jsonl", "--proxy", "p", "--feature-sets", "A7,ALL", "--device", "cpu",
+         "--out", "o", "--limit", "10", "--layers", "0-2,5"]
+    )  # fmt: skip
+    assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", 10, "o")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["predict", "d"])  # --context and --answer are required
+
+
+def test_parse_layers():
+    assert parse_layers(None) is None
+    assert parse_layers("0-2,5") == (0, 1, 2, 5)
+    assert parse_layers("3") == (3,)
+    with pytest.raises(ValueError, match="--layers"):
+        parse_layers("a-b")
+
+
+def test_load_dataset_limit_and_errors(tmp_path):
+    ds = load_dataset("default", 6)
+    for split in ("train", "validation", "test"):
+        part = ds.split(split)
+        assert len(part) == 6 and set(part.labels) == {0, 1}
+    with pytest.raises(ValueError, match="--dataset"):
+        load_dataset("no-such-thing")
+    with pytest.raises(ValueError, match="builder"):
+        load_dataset("nosuch:/tmp")
+    with pytest.raises(ValueError, match="--limit"):
+        load_dataset("default", 1)
+
+
+def test_main_reports_bad_input(capsys):
+    assert main(["train", "--feature-sets", "A9", "--dataset", "bogus"]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(
+        ["train", "--limit", "6", "--out", str(out), "--feature-sets", "A7,A64,L9,A7L9", "--batch-size", "6"]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    for name in ("A7", "A64", "A7L9", "LookbackLens", "RAUQ", "text-only tfidf"):
+        assert f"| {name} |" in printed
+    report = (out / "report.md").read_text()
+    assert "roc.png" in report and (out / "roc.png").stat().st_size > 0 and (out / "pr.png").exists()
+    assert json.loads((out / "detectors" / "A7L9" / "detector.json").read_text())["feature_set"] == "A7L9"
+    shards = sorted(p.name for p in (out / "cache").glob("shard-*"))
+    det = str(out / "detectors" / "A7L9")
+    assert main(["predict", det, "--context", "Ada lives in Lyon.", "--question", "Where?", "--answer",
+                 "Ada lives in Rome.", "--tokens"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "p(hallucinated)" in printed and "Rome" in printed
+    assert main(["evaluate", det, "--limit", "6", "--out", str(out)]) == 0
+    assert "A7L9 (test)" in capsys.readouterr().out
+    # evaluate found every test record in the run's cache: no new shard
+    assert sorted(p.name for p in (out / "cache").glob("shard-*")) == shards
