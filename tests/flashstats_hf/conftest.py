@@ -8,7 +8,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 from flashstats_hf import ATTN_IMPLEMENTATION
-from transformers import AutoModelForCausalLM, Gemma2Config, LlamaConfig, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma3TextConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen3Config,
+)
 
 COMMON = dict(
     vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2
@@ -35,6 +42,16 @@ CONFIGS = {
         query_pre_attn_scalar=16,
         initializer_range=0.3,
     ),
+    "gemma3": lambda: Gemma3TextConfig(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=16,
+        sliding_window=3,
+        query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"],
+        initializer_range=0.3,
+    ),
+    "mistral": lambda: MistralConfig(**COMMON, num_hidden_layers=2, sliding_window=5, initializer_range=0.3),
 }
 
 

@@ -20,6 +20,8 @@ CASES = {
     "llama-B2-L12-A5": ("llama", [12, 7], [2, 5]),
     "qwen3sliding-B2-L13-A6": ("qwen3_sliding", [13, 8], [6, 3]),
     "gemma2-softcap-B2-L10-A4": ("gemma2", [10, 13], [4, 2]),
+    "gemma3-B2-L12-A5": ("gemma3", [12, 6], [5, 2]),
+    "mistral-window-B2-L11-A7": ("mistral", [11, 9], [7, 3]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 
@@ -27,7 +29,9 @@ ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "eff
 def _window(model, layer):
     config = model.config
     types = getattr(config, "layer_types", None)
-    return config.sliding_window if types is not None and types[layer] == "sliding_attention" else None
+    if types is None:  # Mistral: one window for every layer
+        return getattr(config, "sliding_window", None)
+    return config.sliding_window if types[layer] == "sliding_attention" else None
 
 
 def _record(helpers, kind, lengths, answers, device, **kw):
