@@ -1,0 +1,85 @@
+"""Extraction, induction ranking and TOHA's dense path on a tiny random Llama (real record_forward)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flashstats_hf import ATTN_IMPLEMENTATION
+from halluprobe.detectors import mtopdiv
+from halluprobe.extract import ProxyExtractor
+from halluprobe.induction import induction_scores, rank_heads
+from halluprobe.records import HEAD_STATS, reduce_forward
+from halluprobe.toha import dense_mtopdiv
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=3, initializer_range=0.3,
+    )  # fmt: skip
+    cfg._attn_implementation = ATTN_IMPLEMENTATION
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _eager_attn(model, ids):
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def test_records_match_eager_attention(tiny):
+    rng = np.random.default_rng(0)
+    encoded = [(rng.integers(5, 100, 17).tolist(), 11), (rng.integers(5, 100, 9).tolist(), 4)]
+    ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0))
+    assert ext.hidden_layers == (1,)
+    fs = ext.forward(encoded)
+    recs = reduce_forward(fs, ["a", "b"])
+    for rec, (ids, start) in zip(recs, encoded, strict=True):
+        att = _eager_attn(tiny, ids)
+        assert rec.answer_len == len(ids) - start and rec.prompt_len == start
+        for layer in range(3):
+            p = att[layer][0, :, start:, :].double()  # [H, R, L]
+            ent = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+            np.testing.assert_allclose(rec.head_stats[layer, :, HEAD_STATS.index("entropy"), 0], ent.mean(-1),
+                                       rtol=1e-4, atol=1e-5)  # fmt: skip
+            np.testing.assert_allclose(rec.head_stats[layer, :, HEAD_STATS.index("bos_sink"), 0],
+                                       p[..., 0].mean(-1), rtol=1e-4, atol=1e-6)  # fmt: skip
+            # normalised column sums: mean weight on key j over the answer rows that see it
+            r = p.shape[1]
+            seen = torch.tensor([min(r, len(ids) - j) for j in range(len(ids))], dtype=torch.float64)
+            col = (p.sum(1) / seen).sort(-1, descending=True).values[:, :10]
+            np.testing.assert_allclose(rec.sink_topk[layer, :, : col.shape[1]], col, rtol=1e-4, atol=1e-6)
+
+
+def test_dense_mtopdiv_matches_eager_blocks(tiny):
+    rng = np.random.default_rng(1)
+    encoded = [(rng.integers(5, 100, 12).tolist(), 8), (rng.integers(5, 100, 7).tolist(), 3)]
+    got = dense_mtopdiv(tiny, encoded, (0, 2))
+    assert got.shape == (2, 2, 4)
+    assert tiny.config._attn_implementation == ATTN_IMPLEMENTATION
+    for b, (ids, start) in enumerate(encoded):
+        att = _eager_attn(tiny, ids)
+        for i, layer in enumerate((0, 2)):
+            for h in range(4):
+                ref = mtopdiv(att[layer][0, h, start:].double().numpy(), start)
+                assert float(got[b, i, h]) == pytest.approx(ref, abs=1e-5)
+
+
+def test_induction_scores_and_ranking(tiny):
+    scores = induction_scores(tiny, block=8, n_seqs=2)
+    assert scores.shape == (3, 4) and np.all((scores >= 0) & (scores <= 1))
+    assert tiny.config._attn_implementation == ATTN_IMPLEMENTATION
+    order = rank_heads(scores, (1, 2))
+    assert sorted(order) == list(range(8))
+    flat = scores[[1, 2]].reshape(-1)
+    assert all(flat[a] >= flat[b] for a, b in zip(order, order[1:], strict=False))
+    with pytest.raises(ValueError, match="block"):
+        induction_scores(tiny, block=1)
