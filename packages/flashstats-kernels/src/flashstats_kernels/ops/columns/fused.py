@@ -9,46 +9,100 @@ position is at or after ``prompt_len[b]``, its own token is real, and it sees at
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from flashstats_kernels.ops.forward.fused import _mma_cast, _scores_log2, interpreting, launch_geometry
+from flashstats_kernels.ops.forward.fused import (
+    _TUNE_KEY,
+    _configs,
+    _load_tile,
+    _mma_cast,
+    _scores_log2,
+    d_class,
+    interpreting,
+    launch_geometry,
+    pinned_config,
+    size_class,
+)
 from flashstats_kernels.types import ColumnStats
 
 
 @triton.jit
 def _col_tile(
-    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale, softcap, window,
+    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
     b_sum, b_cnt,
-    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """Add the weights of one response query tile to the column accumulators of the key tile."""
+    """Add the weights of one response query tile to the column accumulators of the key tile.
+
+    Interior tiles (``MASKED`` off) hold only counted rows that see every key of the key tile.
+    """
     o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
     m_m = o_m < R
     pos_q = L - R + o_m  # [BM]
-    p_qt = p_q0 + o_m[None, :] * sqm + o_d[:, None] * sqd
-    b_qt = _mma_cast(tl.load(p_qt, mask=m_m[None, :] & m_d[:, None], other=0.0), MMA)  # [BD, BM]
-    b_lse2 = tl.load(Lse_bh + o_m, mask=m_m, other=float("-inf")) * 1.4426950408889634  # [BM]
-    counted = m_m & (pos_q >= plen) & (b_lse2 > float("-inf"))
-    if HAS_MASK:
-        counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
-    b_s = _scores_log2(tl.dot(b_k, b_qt, input_precision="ieee"), scale, softcap, HAS_SOFTCAP)  # [BN, BM]
-    vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
-    if HAS_WINDOW:
-        vis = vis & (o_n[:, None] > pos_q[None, :] - window)
-    b_p = tl.exp2(tl.where(vis, b_s - b_lse2[None, :], float("-inf")))  # [BN, BM]
-    return b_sum + tl.sum(b_p, 1), b_cnt + tl.sum(vis.to(tl.int32), 1)
+    p_q = p_q0 + o_m[:, None] * sqm + o_d[None, :] * sqd
+    b_q = _mma_cast(_load_tile(p_q, m_m, m_d, MASKED, not EVEN_D), MMA)  # [BM, BD]
+    b_s = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM] raw <k, q>
+    if MASKED:
+        b_lse2 = tl.load(Lse_bh + o_m, mask=m_m, other=float("-inf")) * 1.4426950408889634  # [BM]
+    else:
+        b_lse2 = tl.load(Lse_bh + o_m) * 1.4426950408889634
+    if HAS_SOFTCAP:
+        b_u = _scores_log2(b_s, scale, softcap, HAS_SOFTCAP) - b_lse2[None, :]
+    else:
+        b_u = b_s * c2 - b_lse2[None, :]
+    if MASKED:
+        counted = m_m & (pos_q >= plen) & (b_lse2 > float("-inf"))
+        if HAS_MASK:
+            counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
+        vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
+        if HAS_WINDOW:
+            vis = vis & (o_n[:, None] > pos_q[None, :] - window)
+        b_u = tl.where(vis, b_u, float("-inf"))
+        if COUNT:
+            b_cnt += tl.sum(vis.to(tl.int32), 1)
+    return b_sum + tl.sum(tl.exp2(b_u), 1), b_cnt
 
 
 @triton.jit
+def _col_range(
+    lo, hi, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
+    b_sum, b_cnt,
+    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Run :func:`_col_tile` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
+    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
+        start_m = lo
+        while start_m < hi:
+            b_sum, b_cnt = _col_tile(
+                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
+                softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
+                BLOCK_M,
+            )  # fmt: skip
+            start_m += BLOCK_M
+    else:
+        for start_m in range(lo, hi, BLOCK_M):
+            b_sum, b_cnt = _col_tile(
+                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
+                softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
+                BLOCK_M,
+            )  # fmt: skip
+    return b_sum, b_cnt
+
+
+@triton.jit(do_not_specialize=["R", "L", "window", "size_class"])
 def _columns_kernel(
     Q, K, Lse, Sum, Mean, KeyMask, PromptLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb,
-    Hq, R, L, D, scale, softcap, window,
-    GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    MMA: tl.constexpr, WHILE: tl.constexpr,
+    Hq, R, L, scale, softcap, window, size_class,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
@@ -59,8 +113,9 @@ def _columns_kernel(
     o_d = tl.arange(0, BLOCK_D)  # [BD]
     m_n = o_n < L
     m_d = o_d < D
+    EVEN_D: tl.constexpr = D == BLOCK_D
     p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
-    b_k = _mma_cast(tl.load(p_k, mask=m_n[:, None] & m_d[None, :], other=0.0), MMA)  # [BN, BD]
+    b_k = _mma_cast(_load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
     p_km = KeyMask + i_b * smb
     keep_k = m_n
     if HAS_MASK:
@@ -68,42 +123,72 @@ def _columns_kernel(
     p_q0 = Q + i_b * sqb + i_h * sqh
     Lse_bh = Lse + i_bh * R
     plen = tl.load(PromptLen + i_b)
+    c2 = scale * 1.4426950408889634
 
     # rows that can count and see a key of this tile: p_i >= max(prompt_len, first key), and, with a
     # window, p_i - window < last key
     lo = tl.maximum(tl.maximum(plen, i_n * BLOCK_N) - (L - R), 0) // BLOCK_M * BLOCK_M
-    hi = R
-    if HAS_WINDOW:
-        hi = tl.minimum(tl.maximum(i_n * BLOCK_N + BLOCK_N - 1 + window - (L - R), 0), R)
     b_sum = tl.zeros([BLOCK_N], tl.float32)
     b_cnt = tl.zeros([BLOCK_N], tl.int32)
-    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
-        start_m = lo
-        while start_m < hi:
-            b_sum, b_cnt = _col_tile(
-                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale,
-                softcap, window, b_sum, b_cnt, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
-            )  # fmt: skip
-            start_m += BLOCK_M
-    else:
-        for start_m in range(lo, hi, BLOCK_M):
-            b_sum, b_cnt = _col_tile(
-                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, scale,
-                softcap, window, b_sum, b_cnt, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
-            )  # fmt: skip
+    if HAS_MASK or HAS_WINDOW:  # every tile tests visibility and counts
+        hi = R
+        if HAS_WINDOW:
+            hi = tl.minimum(tl.maximum(i_n * BLOCK_N + BLOCK_N - 1 + window - (L - R), 0), R)
+        b_sum, b_cnt = _col_range(
+            lo, hi, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap,
+            window, b_sum, b_cnt, True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+        )  # fmt: skip
+        b_cnt = b_cnt.to(tl.float32)
+    else:  # row tiles at and after `mid` see the whole key tile and all count; full ones need no mask
+        a = (b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window)
+        first = tl.maximum(i_n * BLOCK_N + BLOCK_N - 1, plen) - (L - R)  # first row that sees every key
+        mid = tl.minimum(tl.maximum((first + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo), R)
+        full = tl.maximum(R // BLOCK_M * BLOCK_M, mid)
+        b_sum, b_cnt = _col_range(
+            lo, mid, *a, b_sum, b_cnt,
+            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+        )  # fmt: skip
+        b_sum, b_cnt = _col_range(
+            mid, full, *a, b_sum, b_cnt,
+            False, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+        )  # fmt: skip
+        b_sum, b_cnt = _col_range(
+            full, R, *a, b_sum, b_cnt,
+            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+        )  # fmt: skip
+        # rows i that count and see key j: L - max(j, prompt_len, L - R) of them (every row sees a key)
+        b_cnt = tl.maximum(L - tl.maximum(tl.maximum(o_n, plen), L - R), 0)
+        b_cnt = tl.where(m_n, b_cnt, 0).to(tl.float32)
     o_col = i_bh * L + o_n  # [BN] offsets into [B, Hq, L]
     tl.store(Sum + o_col, b_sum, mask=m_n)
-    b_mean = b_sum / tl.maximum(b_cnt, 1).to(tl.float32)
+    b_mean = b_sum / tl.maximum(b_cnt, 1.0)
     tl.store(Mean + o_col, tl.where(b_cnt > 0, b_mean, 0.0), mask=m_n)
 
 
-def columns_config(dtype: torch.dtype, block_d: int) -> dict[str, int]:
-    """Tile sizes and launch options of the key-major kernel (one fixed config per dtype and head dim)."""
+_COLUMN_TABLES = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head-dim class
+    64: ((64, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 128, 4, 3)),
+    128: ((64, 128, 8, 2), (64, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)),
+    256: ((32, 64, 4, 2), (64, 64, 8, 2), (32, 128, 8, 2), (64, 128, 8, 2)),
+}
+
+
+@functools.cache
+def _tuned_columns(dc: int):
+    """The key-major kernel autotuned over the candidates of one head-dim class (built on first use)."""
+    return triton.autotune(_configs(_COLUMN_TABLES[dc], ("BLOCK_M", "BLOCK_N")), key=_TUNE_KEY)(
+        _columns_kernel
+    )
+
+
+def columns_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
+    """Fixed tile sizes of the key-major kernel, or None when it is autotuned (CUDA, 16-bit inputs)."""
     if interpreting():
         return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
-    if dtype == torch.float32 or block_d > 128:
+    if dtype == torch.float32 or (dtype == torch.float8_e5m2 and block_d > 128):
         return {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+    if dtype == torch.float8_e5m2:
+        return {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+    return pinned_config(_COLUMN_TABLES[d_class(block_d)])
 
 
 def columns_triton(
@@ -140,13 +225,14 @@ def columns_triton(
     col_mean = torch.empty(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
     if col_sum.numel() > 0:
         cfg = columns_config(q.dtype, g.block_d)
-        grid = (triton.cdiv(g.L, cfg["BLOCK_N"]), g.B * g.Hq)
-        _columns_kernel[grid](
+        kernel = _columns_kernel if cfg is not None else _tuned_columns(d_class(g.block_d))
+        grid = lambda meta: (triton.cdiv(g.L, meta["BLOCK_N"]), g.B * g.Hq)  # noqa: E731
+        kernel[grid](
             q, k, lse.contiguous(), col_sum, col_mean, g.key_mask, prompt_len.contiguous(),
             *q.stride(), *k.stride(), g.mask_stride,
-            g.Hq, g.R, g.L, g.D, float(scale), g.softcap, g.window,
-            GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **cfg,
+            g.Hq, g.R, g.L, float(scale), g.softcap, g.window, size_class(g.B * g.Hq * g.L),
+            D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
+            MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **(cfg or {}),
         )  # fmt: skip
     return ColumnStats(sum=col_sum, mean=col_mean)
 

@@ -19,6 +19,7 @@ by the T2 and T3 kernels of ``ops.lookups.fused`` and ``ops.columns.fused``.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -60,67 +61,131 @@ def _mma_cast(x, MMA: tl.constexpr):
 
 
 @triton.jit
-def _fwd_tile(
-    start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, scale, softcap, window,
-    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
-    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """One key/value tile of the forward: online-softmax and T1 accumulator update."""
-    o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
-    m_n = o_n < L
-    p_kt = p_k0 + o_n[None, :] * skn + o_d[:, None] * skd
-    b_kt = _mma_cast(tl.load(p_kt, mask=m_n[None, :] & m_d[:, None], other=0.0), MMA)  # [BD, BN]
-    b_s = _scores_log2(tl.dot(b_q, b_kt, input_precision="ieee"), scale, softcap, HAS_SOFTCAP)  # [BM, BN]
-    vis = (o_n[None, :] <= pos_q[:, None]) & m_n[None, :]  # [BM, BN]
-    if HAS_WINDOW:
-        vis = vis & (o_n[None, :] > pos_q[:, None] - window)
-    if HAS_MASK:
-        keep = tl.load(p_km + o_n, mask=m_n, other=0) != 0  # [BN]
-        vis = vis & keep[None, :]
-    b_s = tl.where(vis, b_s, float("-inf"))
-    b_mx_new = tl.maximum(b_mx, tl.max(b_s, 1))  # [BM]
-    alpha = tl.exp2(b_mx - b_mx_new)  # [BM]
-    b_p = tl.exp2(b_s - b_mx_new[:, None])  # [BM, BN], 0 where not visible
-    if ROWS:
-        b_u = tl.where(vis, b_s - b_mx_new[:, None], 0.0)  # [BM, BN]
-        b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
-        b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
-        b_pm = alpha * b_pm + tl.sum(tl.where(o_n[None, :] < plen, b_p, 0.0), 1)
-        b_n += tl.sum(vis.to(tl.int32), 1)
-    b_l = alpha * b_l + tl.sum(b_p, 1)
-    p_vv = p_v0 + o_n[:, None] * svn + o_d[None, :] * svd
-    b_v = _mma_cast(tl.load(p_vv, mask=m_n[:, None] & m_d[None, :], other=0.0), MMA)  # [BN, BD]
-    b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
-    b_mx = b_mx_new
-    return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
+def _load_tile(ptr, m_a, m_b, MASK_A: tl.constexpr, MASK_B: tl.constexpr):
+    """Load a 2-D tile, masking rows (``m_a``) and/or columns (``m_b``) only where a flag asks for it."""
+    if MASK_A and MASK_B:
+        x = tl.load(ptr, mask=m_a[:, None] & m_b[None, :], other=0.0)
+    elif MASK_A:
+        x = tl.load(ptr, mask=m_a[:, None], other=0.0)
+    elif MASK_B:
+        x = tl.load(ptr, mask=m_b[None, :], other=0.0)
+    else:
+        x = tl.load(ptr)
+    return x
 
 
 @triton.jit
+def _fwd_tile(
+    start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
+    MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
+    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
+    MMA: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
+
+    ``PM`` says how the tile adds to the prompt mass: 0 no key is a prompt key, 1 every key is, 2 test
+    each key. ``COUNT`` counts visible keys (only needed with a key mask; otherwise ``n`` is known).
+    """
+    o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
+    m_n = o_n < L
+    b_kt = _mma_cast(
+        _load_tile(p_k0 + o_d[:, None] * skd + o_n[None, :] * skn, m_d, m_n, not EVEN_D, MASKED), MMA
+    )
+    b_s = tl.dot(b_q, b_kt, input_precision="ieee")  # [BM, BN] raw <q, k>
+    if HAS_SOFTCAP:
+        b_s = _scores_log2(b_s, scale, softcap, HAS_SOFTCAP)  # log2 units
+    if MASKED:
+        vis = (o_n[None, :] <= pos_q[:, None]) & m_n[None, :]  # [BM, BN]
+        if HAS_WINDOW:
+            vis = vis & (o_n[None, :] > pos_q[:, None] - window)
+        if HAS_MASK:
+            vis = vis & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)[None, :]
+        b_s = tl.where(vis, b_s, float("-inf"))
+    if HAS_SOFTCAP:
+        b_mx_new = tl.maximum(b_mx, tl.max(b_s, 1))  # [BM]
+        b_u = b_s - b_mx_new[:, None]
+    else:  # the scale (with log2 e) folded into one FMA per score
+        b_mx_new = tl.maximum(b_mx, tl.max(b_s, 1) * c2)
+        b_u = b_s * c2 - b_mx_new[:, None]
+    alpha = tl.exp2(b_mx - b_mx_new)  # [BM]
+    b_p = tl.exp2(b_u)  # [BM, BN], 0 where not visible
+    b_ps = tl.sum(b_p, 1)
+    if ROWS:
+        if MASKED:
+            b_u = tl.where(vis, b_u, 0.0)
+        b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
+        b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
+        if PM == 0:
+            b_pm = alpha * b_pm
+        elif PM == 1:
+            b_pm = alpha * b_pm + b_ps
+        else:
+            b_pm = alpha * b_pm + tl.sum(tl.where(o_n[None, :] < plen, b_p, 0.0), 1)
+        if COUNT:
+            b_n += tl.sum(vis.to(tl.int32), 1)
+    b_l = alpha * b_l + b_ps
+    b_v = _mma_cast(
+        _load_tile(p_v0 + o_n[:, None] * svn + o_d[None, :] * svd, m_n, m_d, MASKED, not EVEN_D), MMA
+    )
+    b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
+    return b_mx_new, b_l, b_acc, b_a, b_q2, b_pm, b_n
+
+
+@triton.jit
+def _fwd_range(
+    lo, hi, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
+    MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
+    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
+    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Run :func:`_fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
+    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
+        start_n = lo
+        while start_n < hi:
+            b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_tile(
+                start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
+                softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+            )  # fmt: skip
+            start_n += BLOCK_N
+    else:
+        for start_n in range(lo, hi, BLOCK_N):
+            b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_tile(
+                start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
+                softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+            )  # fmt: skip
+    return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
+
+
+@triton.jit(do_not_specialize=["R", "L", "window", "stat_stride", "size_class"])
 def _fwd_kernel(
     Q, K, V, Out, Lse, Stats, KeyMask, PromptLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod, smb,
-    Hq, R, L, D, scale, softcap, window, stat_stride,
-    GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
+    Hq, R, L, scale, softcap, window, stat_stride, size_class,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_m = tl.program_id(0)
     i_bh = tl.program_id(1).to(tl.int64)
     i_b = i_bh // Hq
     i_h = i_bh % Hq
-    i_hk = i_h // GROUP
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     o_d = tl.arange(0, BLOCK_D)  # [BD]
     m_m = o_m < R
     m_d = o_d < D
+    EVEN_D: tl.constexpr = D == BLOCK_D
     pos_q = L - R + o_m  # [BM] absolute positions of the rows
     p_q = Q + i_b * sqb + i_h * sqh + o_m[:, None] * sqm + o_d[None, :] * sqd
-    b_q = _mma_cast(tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0), MMA)  # [BM, BD]
-    p_k0 = K + i_b * skb + i_hk * skh
-    p_v0 = V + i_b * svb + i_hk * svh
+    b_q = _mma_cast(_load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
+    p_k0 = K + i_b * skb + (i_h // GROUP) * skh
+    p_v0 = V + i_b * svb + (i_h // GROUP) * svh
     p_km = KeyMask + i_b * smb
     plen = tl.load(PromptLen + i_b)
+    c2 = scale * 1.4426950408889634  # scale in log2 units
 
     b_mx = tl.full([BLOCK_M], -1.0e30, tl.float32)  # running max (log2 units); finite: no -inf - -inf
     b_l = tl.zeros([BLOCK_M], tl.float32)
@@ -129,81 +194,124 @@ def _fwd_kernel(
     b_q2 = tl.zeros([BLOCK_M], tl.float32)
     b_pm = tl.zeros([BLOCK_M], tl.float32)
     b_n = tl.zeros([BLOCK_M], tl.int32)
+    st = (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n)
+    args = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
 
-    hi = tl.minimum(L - R + (i_m + 1) * BLOCK_M, L)  # one past the last visible key of the tile
-    lo = 0
-    if HAS_WINDOW:
-        lo = tl.maximum(L - R + i_m * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N
-    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
-        start_n = lo
-        while start_n < hi:
-            b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_tile(
-                start_n,
-                b_q,
-                pos_q,
-                p_k0,
-                p_v0,
-                p_km,
-                plen,
-                L,
-                skn,
-                skd,
-                svn,
-                svd,
-                o_d,
-                m_d,
-                scale,
-                softcap,
-                window,
-                b_mx,
-                b_l,
-                b_acc,
-                b_a,
-                b_q2,
-                b_pm,
-                b_n,
+    first = L - R + i_m * BLOCK_M  # position of the tile's first row
+    hi = tl.minimum(first + BLOCK_M, L)  # one past the last visible key of the tile
+    if HAS_MASK or HAS_WINDOW:  # every tile tests visibility
+        lo = 0
+        if HAS_WINDOW:
+            lo = tl.maximum(first - window + 1, 0) // BLOCK_N * BLOCK_N
+        st = _fwd_range(
+            lo,
+            hi,
+            *args,
+            *st,
+            True,
+            2,
+            HAS_MASK,
+            EVEN_D,
+            HAS_MASK,
+            HAS_SOFTCAP,
+            HAS_WINDOW,
+            ROWS,
+            MMA,
+            WHILE,
+            BLOCK_N,
+        )
+    else:  # key tiles below the tile's first row need no mask; the diagonal ones do
+        mid = (first + 1) // BLOCK_N * BLOCK_N
+        if ROWS:  # split at the prompt boundary so that only one tile tests j < prompt_len
+            pa = tl.minimum(plen // BLOCK_N * BLOCK_N, mid)
+            pb = tl.minimum(pa + BLOCK_N, mid)
+            st = _fwd_range(
+                0,
+                pa,
+                *args,
+                *st,
+                False,
+                1,
+                False,
+                EVEN_D,
                 HAS_MASK,
                 HAS_SOFTCAP,
                 HAS_WINDOW,
                 ROWS,
                 MMA,
+                WHILE,
                 BLOCK_N,
             )
-            start_n += BLOCK_N
-    else:
-        for start_n in range(lo, hi, BLOCK_N):
-            b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_tile(
-                start_n,
-                b_q,
-                pos_q,
-                p_k0,
-                p_v0,
-                p_km,
-                plen,
-                L,
-                skn,
-                skd,
-                svn,
-                svd,
-                o_d,
-                m_d,
-                scale,
-                softcap,
-                window,
-                b_mx,
-                b_l,
-                b_acc,
-                b_a,
-                b_q2,
-                b_pm,
-                b_n,
+            st = _fwd_range(
+                pa,
+                pb,
+                *args,
+                *st,
+                False,
+                2,
+                False,
+                EVEN_D,
                 HAS_MASK,
                 HAS_SOFTCAP,
                 HAS_WINDOW,
                 ROWS,
                 MMA,
+                WHILE,
                 BLOCK_N,
             )
+            st = _fwd_range(
+                pb,
+                mid,
+                *args,
+                *st,
+                False,
+                0,
+                False,
+                EVEN_D,
+                HAS_MASK,
+                HAS_SOFTCAP,
+                HAS_WINDOW,
+                ROWS,
+                MMA,
+                WHILE,
+                BLOCK_N,
+            )
+        else:
+            st = _fwd_range(
+                0,
+                mid,
+                *args,
+                *st,
+                False,
+                0,
+                False,
+                EVEN_D,
+                HAS_MASK,
+                HAS_SOFTCAP,
+                HAS_WINDOW,
+                ROWS,
+                MMA,
+                WHILE,
+                BLOCK_N,
+            )
+        st = _fwd_range(
+            mid,
+            hi,
+            *args,
+            *st,
+            True,
+            2,
+            False,
+            EVEN_D,
+            HAS_MASK,
+            HAS_SOFTCAP,
+            HAS_WINDOW,
+            ROWS,
+            MMA,
+            WHILE,
+            BLOCK_N,
+        )
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
 
     has = b_l > 0.0  # the row sees at least one key
     b_ls = tl.where(has, b_l, 1.0)
@@ -214,6 +322,10 @@ def _fwd_kernel(
     b_lse = tl.where(has, (b_mx + tl.log2(b_ls)) * 0.6931471805599453, float("-inf"))
     tl.store(Lse + o_row, b_lse, mask=m_m)
     if ROWS:
+        if not HAS_MASK:  # visible keys are known without counting
+            b_n = pos_q + 1
+            if HAS_WINDOW:
+                b_n = tl.minimum(b_n, window)
         b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * 0.6931471805599453, 0.0)
         b_nf = tl.maximum(b_n.to(tl.float32), 2.0)
         tl.store(Stats + o_row, b_ent, mask=m_m)
@@ -300,15 +412,66 @@ def launch_geometry(
     )  # fmt: skip
 
 
-def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int]:
-    """Tile sizes and launch options of the forward (one fixed config per dtype and head dim)."""
+def size_class(rows: int) -> int:
+    """Coarse size bucket of a launch (query rows times heads) for the autotuning key: 0, 1 or 2."""
+    return 0 if rows <= (1 << 16) else (1 if rows <= (1 << 19) else 2)
+
+
+def _configs(table: tuple[tuple[int, int, int, int], ...], names: tuple[str, str]) -> list[triton.Config]:
+    return [triton.Config({names[0]: a, names[1]: b}, num_warps=w, num_stages=st) for a, b, w, st in table]
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates per head-dim class: a short list each, so that
+# tuning one new key costs a few compilations and benchmarks.
+_FORWARD_TABLES = {
+    64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)),
+    128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
+    256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
+}
+_TUNE_KEY = ["BLOCK_D", "size_class", "HAS_MASK", "HAS_SOFTCAP", "HAS_WINDOW", "MMA"]
+
+
+@functools.cache
+def _tuned_forward(d_class: int):
+    """The forward kernel autotuned over the candidates of one head-dim class (built on first use)."""
+    configs = _configs(_FORWARD_TABLES[d_class], ("BLOCK_M", "BLOCK_N"))
+    return triton.autotune(configs, key=[*_TUNE_KEY, "ROWS"])(_fwd_kernel)
+
+
+def d_class(block_d: int) -> int:
+    """Head-dim class of the tuning tables: 64, 128 or 256."""
+    return 64 if block_d <= 64 else (128 if block_d <= 128 else 256)
+
+
+def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
+    """Fixed tile sizes of the forward, or None when the kernel is autotuned (CUDA, 16-bit inputs).
+
+    The interpreter runs one small config; fp32 and fp8-e5m2 inputs (fp32 or fp16 dot operands) run a
+    fixed config; bf16 and fp16 are autotuned over :data:`_FORWARD_TABLES` once per key (head-dim
+    class, statistic and mask flags, coarse size).
+    """
     if interpreting():
         return {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dtype == torch.float32:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-    if block_d <= 128:
-        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    if dtype == torch.float8_e5m2:
+        return {"BLOCK_M": 64 if block_d > 128 else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    return pinned_config(_FORWARD_TABLES[d_class(block_d)])
+
+
+def pinned_config(table: tuple[tuple[int, int, int, int], ...]) -> dict[str, int] | None:
+    """The candidate that ``FLASHSTATS_CONFIG_INDEX`` pins (read at call time), or None to autotune.
+
+    Pinning skips the tuning benchmarks: the GPU tests pin candidate 0, and the benchmarks' parallel
+    pre-compilation pins each candidate in turn to fill Triton's on-disk cache.
+    """
+    index = os.environ.get("FLASHSTATS_CONFIG_INDEX")
+    if index is None or index == "":
+        return None
+    if not index.isdigit():
+        raise ValueError(f"FLASHSTATS_CONFIG_INDEX must be a non-negative integer, got {index!r}")
+    bm, bn, warps, stages = table[min(int(index), len(table) - 1)]
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
 
 
 def forward_triton(
@@ -350,13 +513,14 @@ def forward_triton(
     stats = torch.empty(5 if rows else 1, g.B, g.Hq, g.R, dtype=torch.float32, device=q.device)
     if out.numel() > 0:
         cfg = forward_config(q.dtype, g.block_d)
-        grid = (triton.cdiv(g.R, cfg["BLOCK_M"]), g.B * g.Hq)
-        _fwd_kernel[grid](
+        kernel = _fwd_kernel if cfg is not None else _tuned_forward(d_class(g.block_d))
+        grid = lambda meta: (triton.cdiv(g.R, meta["BLOCK_M"]), g.B * g.Hq)  # noqa: E731
+        kernel[grid](
             q, k, v, out, lse, stats, g.key_mask, prompt_len.contiguous(),
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), g.mask_stride,
-            g.Hq, g.R, g.L, g.D, float(scale), g.softcap, g.window, g.B * g.Hq * g.R,
-            GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            ROWS=rows, MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **cfg,
+            g.Hq, g.R, g.L, float(scale), g.softcap, g.window, g.B * g.Hq * g.R, size_class(g.B * g.Hq * g.R),
+            D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
+            ROWS=rows, MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **(cfg or {}),
         )  # fmt: skip
     if not rows:
         return out, lse, None
