@@ -1,4 +1,4 @@
-"""The packages depend on each other one way: kernels <- hf <- halluprobe; data and judges never reach the kernels.
+"""Packages depend one way: kernels <- hf <- halluprobe; data and judges never import the kernels.
 
 The check reads every module's imports with ``ast`` (nothing is imported), so it also catches imports inside
 functions. A synthetic tree checks that the checker itself reports a violation.
@@ -67,8 +67,10 @@ def test_imports_point_one_way(module):
 @pytest.mark.parametrize("module", sorted(ALLOWED))
 def test_declared_sibling_dependencies_point_one_way(module):
     meta = tomllib.loads((ROOT / "packages" / DIST[module] / "pyproject.toml").read_text())
-    deps = {d.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
-            for d in meta["project"]["dependencies"]}
+    deps = {
+        d.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+        for d in meta["project"]["dependencies"]
+    }
     siblings = {m for m, dist in DIST.items() if dist in deps}
     assert siblings <= ALLOWED[module], f"{DIST[module]} declares {siblings - ALLOWED[module]}"
 
@@ -85,4 +87,5 @@ def test_checker_reports_a_kernel_third_party_import(tmp_path):
     pkg = tmp_path / "flashstats_kernels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("import os\nimport torch\nimport transformers\n")
-    assert violations(tmp_path, "flashstats_kernels") == ["flashstats_kernels/__init__.py imports third-party transformers"]
+    expected = ["flashstats_kernels/__init__.py imports third-party transformers"]
+    assert violations(tmp_path, "flashstats_kernels") == expected
