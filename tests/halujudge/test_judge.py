@@ -74,3 +74,18 @@ def test_missing_weights_say_how_to_provide_them(tmp_path):
     with pytest.raises(WeightsNotFoundError, match="pass it with --model DIR") as err:
         LLMJudge.from_pretrained(str(tmp_path / "no-such-model"))
     assert "does not exist" in str(err.value)
+
+
+def test_chat_fallbacks(tiny_tokenizer):
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    no_system = tiny_tokenizer.__class__(tokenizer_object=tiny_tokenizer.backend_tokenizer)
+    no_system.chat_template = (
+        "{% for m in messages %}"
+        "{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+        "<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}<|assistant|>\n"
+    )
+    assert (
+        apply_chat(no_system, messages) == "<|user|>\nS\n\nU</s>\n<|assistant|>"
+    )  # jinja drops the final newline
+    no_system.chat_template = None
+    assert apply_chat(no_system, messages) == "S\n\nU\n\n"
