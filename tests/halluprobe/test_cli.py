@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from halluprobe.cli import build_parser, load_dataset, main, parse_layers
+from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, load_dataset, main, parse_layers, parse_limit
 
 
 def test_parser_builds_without_heavy_imports():
@@ -32,14 +32,14 @@ def test_help_of_every_command():
 
 def test_train_defaults_and_options():
     args = build_parser().parse_args(["train"])
-    assert args.dataset == "default" and args.out == "runs/default" and args.limit is None
+    assert args.dataset == "default" and args.out == "runs/default" and args.limit == "auto"
     assert args.proxy is None and args.device is None and args.layers is None
     assert "A7H64" in args.feature_sets.split(",")
     args = build_parser().parse_args(
         ["train", "--dataset", "x.jsonl", "--proxy", "p", "--feature-sets", "A7,ALL", "--device", "cpu",
          "--out", "o", "--limit", "10", "--layers", "0-2,5"]
     )  # fmt: skip
-    assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", 10, "o")
+    assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["predict", "d"])  # --context and --answer are required
 
@@ -50,6 +50,15 @@ def test_parse_layers():
     assert parse_layers("3") == (3,)
     with pytest.raises(ValueError, match="--layers"):
         parse_layers("a-b")
+
+
+def test_parse_limit():
+    assert parse_limit("auto", "default") == DEFAULT_TRAIN_LIMIT
+    assert parse_limit("auto", "x.jsonl") is None
+    assert parse_limit("all", "default") is None
+    assert parse_limit("12", "default") == 12
+    with pytest.raises(ValueError, match="--limit"):
+        parse_limit("lots", "default")
 
 
 def test_load_dataset_limit_and_errors(tmp_path):

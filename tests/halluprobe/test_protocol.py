@@ -24,8 +24,8 @@ def _problem(factory, n, seed, signal_heads=(0, 1), nl=2, h=4):
 
 
 def test_select_heads_finds_the_signal_heads(record_factory):
-    train, y_tr = _problem(record_factory, 300, 0)
-    val, y_va = _problem(record_factory, 600, 1)
+    train, y_tr = _problem(record_factory, 200, 0)
+    val, y_va = _problem(record_factory, 400, 1)
     order = [1, 0, 2, 3, 4, 5, 6, 7]  # the two signal heads rank first
     k, scores = select_heads(order, train, y_tr, val, y_va, ks=(1, 2, 4, 8))
     assert k == 2, scores
@@ -63,7 +63,7 @@ def test_select_sink_count_grouped_cv(record_factory):
         r.sink_topk[...] = rng.normal(size=r.sink_topk.shape)
         r.sink_topk[0, 0, 2] = 5.0 * y[i]  # only the third sink value of one head is informative
         recs.append(r)
-    k, scores = select_sink_count(recs, y, groups)
+    k, scores = select_sink_count(recs, y, groups, cs=(1.0,))
     assert k == 3, scores
     assert scores[1] < 0.75 and scores[3] == 1.0
     with pytest.raises(ValueError, match="two groups"):
@@ -71,9 +71,9 @@ def test_select_sink_count_grouped_cv(record_factory):
 
 
 def test_train_feature_sets_end_to_end(record_factory):
-    train, y_tr = _problem(record_factory, 80, 5)
-    val, y_va = _problem(record_factory, 60, 6)
-    groups = [f"g{i // 2}" for i in range(80)]
+    train, y_tr = _problem(record_factory, 60, 5)
+    val, y_va = _problem(record_factory, 40, 6)
+    groups = [f"g{i // 2}" for i in range(60)]
     fits = train_feature_sets(["A7", "H64", "A64H64", "A7L9"], list(range(8)), train, y_tr, groups, val, y_va)
     assert set(fits) == {"A7", "H64", "A64H64", "A7L9"}
     assert "K" in fits["A7"].selection and "k" not in fits["A7"].selection
@@ -82,3 +82,25 @@ def test_train_feature_sets_end_to_end(record_factory):
     assert fits["A7"].val_auroc > 0.7
     d = fits["A64H64"].features(val).shape[1]
     assert d == fits["A64H64"].coef.shape[0]
+
+
+def test_addition_tests_are_holm_corrected():
+    from types import SimpleNamespace
+
+    from halluprobe.training import _addition_tests
+    from halubench_data.metrics import holm, paired_bootstrap
+
+    rng = np.random.default_rng(7)
+    y = rng.permutation(np.arange(60) % 2)
+    groups = [f"g{i // 3}" for i in range(60)]
+    scores = {
+        name: rng.random(60) + (0.5 * y if "A7" in name else 0.0) for name in ("H64", "A7H64", "L9", "A7L9")
+    }
+    fits = {name: SimpleNamespace(threshold=0.6) for name in scores}
+    rows = _addition_tests(fits, scores, y, groups)
+    assert [r["comparison"] for r in rows] == ["H64 -> A7H64", "L9 -> A7L9"]
+    ref = paired_bootstrap(
+        scores["L9"], scores["A7L9"], y, groups, "f1", n=100_000, seed=42, thresholds=(0.6, 0.6)
+    )
+    assert rows[1]["delta"] == pytest.approx(ref.delta) and rows[1]["p"] == pytest.approx(ref.p_value)
+    np.testing.assert_allclose([r["p_holm"] for r in rows], holm([r["p"] for r in rows]))

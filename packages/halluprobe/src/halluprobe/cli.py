@@ -14,6 +14,8 @@ from pathlib import Path
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
+DEFAULT_TRAIN_LIMIT = 150
+"""Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
 def _add_data_args(p: argparse.ArgumentParser) -> None:
@@ -23,7 +25,13 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         help="'default' (the embedded halubench-data set), a JSONL file of examples, or a halubench-data "
         "builder name followed by its source: NAME:PATH (e.g. halubench:/data/halubench)",
     )
-    p.add_argument("--limit", type=int, default=None, help="use at most N examples of each split")
+    p.add_argument(
+        "--limit",
+        default="auto",
+        help="at most N examples per split (seeded, label-balanced), or 'all'. Default 'auto': "
+        f"{DEFAULT_TRAIN_LIMIT} per split on the default dataset (its full validation and test "
+        "splits, a train subsample; under 10 minutes on 2 CPU cores), all examples otherwise",
+    )
     p.add_argument(
         "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
     )
@@ -89,6 +97,18 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
+def parse_limit(text: str | int | None, dataset: str) -> int | None:
+    """``--limit`` as a number of examples per split, or ``None`` for no limit."""
+    if text is None or text == "all":
+        return None
+    if text == "auto":
+        return DEFAULT_TRAIN_LIMIT if dataset == "default" else None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ValueError(f"--limit expects a number, 'auto' or 'all', got {text!r}") from exc
+
+
 def load_dataset(spec: str, limit: int | None = None):
     """A halubench-data ``Dataset`` from ``'default'``, a JSONL path or ``NAME:PATH``; ``limit`` per split."""
     import halubench_data as hd
@@ -145,7 +165,7 @@ def _setup(args):
     from halluprobe.cache import FeatureCache
     from halluprobe.extract import ProxyExtractor
 
-    ds = load_dataset(args.dataset, args.limit)
+    ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
     print(f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test")
     model, tok = load_model(args.proxy, device=_device(args.device))
     ext = ProxyExtractor(model, tok, parse_layers(args.layers), toha=bool(getattr(args, "toha", False)))
@@ -205,7 +225,7 @@ def cmd_evaluate(args) -> int:
 
     det = Detector.load(args.detector)
     ext = det.extractor(_device(args.device))
-    part = load_dataset(args.dataset, args.limit).split(args.split)
+    part = load_dataset(args.dataset, parse_limit(args.limit, args.dataset)).split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples, ext, cache, batch_size=args.batch_size, length=ext.length, progress=True
