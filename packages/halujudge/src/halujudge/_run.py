@@ -16,23 +16,46 @@ from halujudge.evaluation import JudgeRun, TemplateSelection, run_evaluation, se
 __all__ = ["evaluate_command", "limit_per_split", "load_dataset"]
 
 
-def load_dataset(spec: str) -> Dataset:
-    """A dataset from a halubench-data JSONL file, or ``default`` (halubench-data's embedded set).
+NAMED = ("default", "ragtruth", "ragtruth-qa", "halubench", "trivia-plus", "phantom", "faithbench", "wice",
+         "lfqa", "claimverify", "expertqa")  # fmt: skip
+
+
+def load_dataset(spec: str, source: str | Path | None = None) -> Dataset:
+    """A dataset from a halubench-data JSONL file, or built by name with halubench-data's builders.
+
+    Args:
+        spec: a JSONL path, or one of :data:`NAMED` (``default`` needs no source; ``ragtruth-qa`` is
+            RAGTruth's QA task only).
+        source: the builder's input file or folder (e.g. ``../shared/data/ragtruth``).
 
     Raises:
-        FileNotFoundError: if ``spec`` is neither an existing file nor a known name.
+        FileNotFoundError: if ``spec`` is neither an existing file nor a known name, or ``source`` is missing.
     """
     path = Path(spec).expanduser()
     if path.is_file():
         return read_jsonl(path)
+    if spec not in NAMED:
+        raise FileNotFoundError(
+            f"dataset {spec!r}: no such file and not a builder name; pass a JSONL written by halubench-data "
+            f"or one of {list(NAMED)} (with --source PATH except for 'default')"
+        )
     if spec == "default":
-        from halubench_data import default
+        from halubench_data.default import build_default
 
-        return default.build_default()
-    raise FileNotFoundError(
-        f"dataset {spec!r}: no such file. Pass a JSONL written by halubench-data "
-        "(`halubench-data build NAME --source PATH --out FILE`) or 'default'."
-    )
+        return build_default()
+    if source is None or not Path(source).exists():
+        raise FileNotFoundError(
+            f"dataset {spec!r} is built from local files: pass --source PATH (got {source})"
+        )
+    from halubench_data import builders
+
+    if spec in ("ragtruth", "ragtruth-qa"):
+        return builders.build_ragtruth(source, tasks=["QA"] if spec == "ragtruth-qa" else builders.TASKS)
+    simple = {"halubench": builders.build_halubench, "trivia-plus": builders.build_trivia_plus,
+              "phantom": builders.build_phantom, "faithbench": builders.build_faithbench}  # fmt: skip
+    if spec in simple:
+        return simple[spec](source)
+    return builders.build_claims(spec, source)
 
 
 def limit_per_split(dataset: Dataset, limit: int | None) -> Dataset:
@@ -93,7 +116,7 @@ def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> str:
     """Run ``halujudge evaluate`` and return the Markdown table it printed to ``results.md``."""
-    dataset = limit_per_split(load_dataset(args.dataset), args.limit)
+    dataset = limit_per_split(load_dataset(args.dataset, args.source), args.limit)
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")
     if cache.dropped_partial:

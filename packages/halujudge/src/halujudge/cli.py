@@ -32,8 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", metavar="PATH", help="checker weights: hub id or downloaded snapshot folder")
     ev.add_argument("--foundation", metavar="PATH", help="HHEM only: the google/flan-t5-base snapshot folder")
     ev.add_argument(
-        "--dataset", required=True, metavar="NAME_OR_JSONL", help="a halubench-data JSONL or 'default'"
+        "--dataset",
+        required=True,
+        metavar="NAME_OR_JSONL",
+        help="a halubench-data JSONL, 'default', or a builder name (ragtruth-qa, ragtruth, halubench, "
+        "trivia-plus, phantom, faithbench, wice, lfqa, claimverify, expertqa) with --source",
     )
+    ev.add_argument("--source", metavar="PATH", help="input file or folder of a named dataset's builder")
     ev.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created)")
     ev.add_argument(
         "--template", default="auto", choices=("auto", *TEMPLATES), help="judge template (default: auto)"
