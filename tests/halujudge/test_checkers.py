@@ -109,3 +109,55 @@ def test_checkers_say_what_is_missing(tmp_path):
         MiniCheck.from_pretrained(str(tmp_path / "absent"))
     with pytest.raises(ValueError, match="style must be"):
         MiniCheck(None, None, style="nli")
+
+
+def test_minicheck_classifier_style(tiny_tokenizer):
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    torch.manual_seed(4)
+    config = RobertaConfig(
+        vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=600, pad_token_id=tiny_tokenizer.pad_token_id,
+        num_labels=2,
+    )  # fmt: skip
+    model = RobertaForSequenceClassification(config).eval()
+    checker = MiniCheck(model, tiny_tokenizer, style="classifier")
+    pairs = [
+        ("The museum opened in 1998 .", "It opened in 1998 ."),
+        ("Maria founded the company .", "Diego did ."),
+    ]
+    expected = []
+    for doc, claim in pairs:
+        with torch.no_grad():
+            logits = model(**tiny_tokenizer(f"{doc}</s>{claim}", return_tensors="pt")).logits[0].double()
+        expected.append(float(torch.softmax(logits, 0)[1]))
+    np.testing.assert_allclose(checker.support(pairs), expected, atol=1e-6)
+
+
+def test_minicheck_style_is_read_from_the_saved_config(tiny_t5, tiny_llama, tiny_tokenizer, tmp_path):
+    for name, model, style in (("t5", tiny_t5, "seq2seq"), ("llama", tiny_llama, "causal")):
+        model.save_pretrained(tmp_path / name)
+        tiny_tokenizer.save_pretrained(tmp_path / name)
+        checker = MiniCheck.from_pretrained(str(tmp_path / name))
+        assert checker.style == style and checker.model_id == str(tmp_path / name)
+
+
+def test_checker_cache_resumes_and_tracks_settings(
+    tiny_t5_classifier, tiny_tokenizer, make_example, tmp_path
+):
+    from halujudge import ScoreCache
+
+    examples = [make_example(i, i % 2) for i in range(3)]
+    whole = HHEM(tiny_t5_classifier, tiny_tokenizer)
+    first = whole.score(examples, cache=ScoreCache(tmp_path / "c.jsonl"), progress=False)
+    calls = []
+    hook = tiny_t5_classifier.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        again = whole.score(examples, cache=ScoreCache(tmp_path / "c.jsonl"), progress=False)
+        assert not calls  # every score came from the cache
+        chunked = HHEM(tiny_t5_classifier, tiny_tokenizer, max_tokens=40)
+        chunked.score(examples[2:], cache=ScoreCache(tmp_path / "c.jsonl"), progress=False)
+        assert calls  # other chunking, other key: scored again
+    finally:
+        hook.remove()
+    np.testing.assert_array_equal(first, again)

@@ -77,6 +77,10 @@ class _PairScorer:
         """For each claim of the example, the (chunk, claim) pairs to score."""
         raise NotImplementedError
 
+    def _settings(self) -> str:
+        """Everything besides the text that changes a score; part of the cache key's hash."""
+        raise NotImplementedError
+
     def score(
         self, examples: Sequence[Any], cache: ScoreCache | None = None, progress: bool = True
     ) -> np.ndarray:
@@ -93,7 +97,7 @@ class _PairScorer:
         scores = np.full(len(examples), np.nan)
         bar = tqdm(total=len(examples), desc=self.name, disable=not progress, leave=False)
         for i, example in enumerate(examples):
-            digest = text_hash(self.name, _premise(example, self.include_question), example.answer)
+            digest = text_hash(self._settings(), _premise(example, self.include_question), example.answer)
             hit = cache.get(self.model_id, self.name, str(example.id), digest) if cache else None
             if hit is None:
                 plan = self._plan(example)
@@ -197,6 +201,9 @@ class MiniCheck(_PairScorer):
         tokenizer = load_pretrained(AutoTokenizer, source, "MiniCheck tokenizer")
         net = load_pretrained(loader[style], source, "MiniCheck checker").to(device).eval()
         return cls(net, tokenizer, style=style, model_id=source.name, **kwargs)
+
+    def _settings(self) -> str:
+        return f"minicheck style={self.style} chunk={self.chunk_tokens} max_length={self.max_length}"
 
     @staticmethod
     def _messages(document: str, claim: str) -> list[dict[str, str]]:
@@ -322,6 +329,9 @@ class HHEM(_PairScorer):
                 f"unexpected {unexpected[:5]}"
             )
         return cls(net.to(device).eval(), tokenizer, model_id="HHEM-2.1-Open", **kwargs)
+
+    def _settings(self) -> str:
+        return f"hhem max_tokens={self.max_tokens}"
 
     def _plan(self, example: Any) -> list[list[tuple[str, str]]]:
         premise, hypothesis = _premise(example, self.include_question), example.answer
