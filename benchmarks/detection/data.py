@@ -1,0 +1,120 @@
+"""The evaluation's datasets: built once from ``../shared/data`` and frozen as JSONL files.
+
+Every later phase (extraction, judge, analysis) reads the frozen JSONL files, so the device machine,
+which has no ``../shared``, only needs the folder written here (a few MiB).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+MAIN = ("ragtruth_qa", "ragtruth_qa_llama", "ragtruth_summary", "ragtruth_data2txt", "faithbench")
+"""Datasets of the main table (each split 70/15/15 by group, seed 42, by its builder)."""
+RAGTRUTH_TASKS = ("ragtruth_qa", "ragtruth_summary", "ragtruth_data2txt")
+"""The three RAGTruth tasks (cross-task transfer, localisation)."""
+CLAIMS = ("claims_wice", "claims_lfqa", "claims_claimverify", "claims_expertqa")
+"""Claim-level transfer targets (subsampled, see :data:`CLAIM_SAMPLE`)."""
+CLAIM_SAMPLE = 300
+"""At most this many claims of each claim set (uniform sample, seed 42) are scored."""
+ALL = MAIN + CLAIMS
+
+
+def shared_data_root() -> Path:
+    """``<repo>/../shared/data``."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _build_all(root: Path) -> dict:
+    import halubench_data as hd
+    from halubench_data.builders import build_claimverify, build_expertqa, build_lfqa, build_wice
+
+    rt = root / "ragtruth"
+    out = {
+        "ragtruth_qa": hd.build_ragtruth(rt, tasks=["QA"]),
+        "ragtruth_qa_llama": hd.build_ragtruth(rt, tasks=["QA"], models=["llama-2-70b-chat"]),
+        "ragtruth_summary": hd.build_ragtruth(rt, tasks=["Summary"]),
+        "ragtruth_data2txt": hd.build_ragtruth(rt, tasks=["Data2txt"]),
+        "faithbench": hd.build_faithbench(root / "faithbench"),
+    }
+    agg = root / "llm-aggrefact"
+    claims = {
+        "claims_wice": build_wice(agg),
+        "claims_lfqa": build_lfqa(agg),
+        "claims_claimverify": build_claimverify(agg),
+        "claims_expertqa": build_expertqa(root / "expertqa"),
+    }
+    for name, ds in claims.items():
+        rng = np.random.default_rng(42)
+        keep = sorted(rng.choice(len(ds), size=min(CLAIM_SAMPLE, len(ds)), replace=False).tolist())
+        out[name] = hd.Dataset(tuple(ds[i] for i in keep), name)
+    return out
+
+
+def _shortest(ds, limit: int):
+    """At most ``limit`` examples per split, the shortest of each label (for a quick dry run)."""
+    import halubench_data as hd
+
+    keep = []
+    for split in ("train", "validation", "test"):
+        part = ds.split(split).examples
+        for label, want in ((1, (limit + 1) // 2), (0, limit // 2)):
+            pool = sorted((e for e in part if e.label == label), key=lambda e: len(e.context) + len(e.answer))
+            seen, chosen = set(), []
+            for e in pool:  # distinct groups first, so that grouped cross-validation has folds
+                if e.group not in seen and len(chosen) < want:
+                    chosen.append(e)
+                    seen.add(e.group)
+            chosen += [e for e in pool if e not in chosen][: want - len(chosen)]
+            keep.extend(chosen)
+    return hd.Dataset(tuple(keep), ds.name)
+
+
+def prepare(out: Path, root: Path | None = None, limit: int | None = None) -> dict[str, int]:
+    """Build every dataset and write ``out/<name>.jsonl`` (+ ``out/manifest.json``).
+
+    Args:
+        out: Destination folder.
+        root: The shared data folder (default ``../shared/data``).
+        limit: Dry run: at most ``limit`` examples per split (claim sets: ``limit`` in all), the shortest.
+
+    Returns:
+        Examples written per dataset.
+    """
+    import halubench_data as hd
+
+    root = Path(root) if root else shared_data_root()
+    if not (root / "ragtruth").is_dir():
+        raise FileNotFoundError(f"no shared data at {root} (expected ragtruth/, faithbench/, ...)")
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, ds in _build_all(root).items():
+        ds = hd.Dataset(ds.examples, name)
+        if limit is not None:
+            if name in CLAIMS:
+                pos = [e for e in ds if e.label == 1][: (limit + 1) // 2]
+                neg = [e for e in ds if e.label == 0][: limit // 2]
+                ds = hd.Dataset(tuple(pos + neg), name)
+            else:
+                ds = _shortest(ds, limit)
+        hd.write_jsonl(ds, out / f"{name}.jsonl", overwrite=True)
+        counts[name] = len(ds)
+    manifest = {"limit": limit, "claim_sample": CLAIM_SAMPLE, "counts": counts, "source": str(root)}
+    hd.atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1), overwrite=True)
+    return counts
+
+
+def load(data_dir: Path, names=ALL) -> dict:
+    """The frozen datasets ``{name: Dataset}`` (names missing from ``data_dir`` are an error)."""
+    import halubench_data as hd
+
+    out = {}
+    for name in names:
+        path = Path(data_dir) / f"{name}.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run the 'prepare' phase first")
+        ds = hd.read_jsonl(path)
+        out[name] = hd.Dataset(ds.examples, name)
+    return out
