@@ -59,7 +59,7 @@ def load_dataset(spec: str, source: str | Path | None = None) -> Dataset:
 
 
 def limit_per_split(dataset: Dataset, limit: int | None) -> Dataset:
-    """At most ``limit`` examples of each split, alternating labels where possible, in dataset order."""
+    """At most ``limit`` examples of each split, half of each label where possible, in dataset order."""
     if limit is None:
         return dataset
     kept: list[Any] = []
