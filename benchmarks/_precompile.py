@@ -44,4 +44,5 @@ def precompile(dims: tuple[int, ...] = (128, 64, 256), workers: int = 14) -> Non
 
 
 if __name__ == "__main__":
-    precompile(workers=int(sys.argv[1]) if len(sys.argv) > 1 else 14)
+    dims = tuple(int(a) for a in sys.argv[2:]) or (128, 64, 256)
+    precompile(dims, workers=int(sys.argv[1]) if len(sys.argv) > 1 else 14)

@@ -76,47 +76,113 @@ def timed(fn, reps: int) -> tuple[float, float]:
     return statistics.median(times), torch.cuda.max_memory_allocated() - start
 
 
-def stats_bytes(fs) -> int:
-    """Bytes of the attention statistics tensors in a ForwardStats."""
+def host_ms(fn, reps: int) -> float:
+    """Median host time of one call (until it returns, the GPU still running): the fixed host cost."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        del out
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def stats_bytes(stats) -> int:
+    """Bytes of the attention statistics tensors (rows, lookups, columns) of a result."""
     total = 0
-    for fam in (fs.rows, fs.lookups, fs.columns):
-        if fam is None:
-            continue
-        for v in vars(fam).values():
+    for fam in (stats.rows, stats.lookups, stats.columns):
+        for v in vars(fam).values() if fam is not None else ():
             if isinstance(v, torch.Tensor):
                 total += v.numel() * v.element_size()
     return total
 
 
+def graphed_plain(model, ids: torch.Tensor):
+    """The plain decoder forward captured in a CUDA graph (the graphed baseline): (run, graph)."""
+    static = ids.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        model.model(input_ids=static, use_cache=False)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        model.model(input_ids=static, use_cache=False)
+
+    def run():
+        static.copy_(ids)
+        graph.replay()
+
+    return run, graph
+
+
+class _Rows:
+    """Adds the rows of one (model, L) point to the CSV."""
+
+    def __init__(self, csv: LongCsv, name: str, length: int, rows: int) -> None:
+        self.csv, self.key = csv, dict(model=name, L=length, R=rows)
+        self.rows = rows
+
+    def add(self, mode: str, ms: float, *, mem: float | None = None, nbytes: int | None = None, host=None):
+        self.csv.add(
+            **self.key, mode=mode, ms=f"{ms:.3f}", host_ms="" if host is None else f"{host:.2f}",
+            extra_peak_kib_per_tok="" if mem is None else f"{max(mem, 0) / self.rows / 1024:.2f}",
+            stats_kib_per_tok="" if nbytes is None else f"{nbytes / self.rows / 1024:.2f}",
+        )  # fmt: skip
+
+
+def _graph_modes(out: _Rows, model, ids, rows: int, reps: int, base_mem: int) -> float:
+    """Per-token and pooled modes: eager peak memory, then graphed time and host cost; pooled ms back."""
+    from flashstats_hf.graphs import GraphedRecorder
+
+    length = ids.shape[1]
+    g_ms = 0.0
+    for pooled in (False, True):
+        rec = GraphedRecorder(model, pooled=pooled, max_graphs=1)
+        plan = rec._plan(length, rows)
+        mode = "pooled" if pooled else "per_token"
+        run_ms, run_mem = timed(lambda r=rec, p=plan: r._run(ids, p), 1)  # eager: in-layer memory
+        out.add(f"{mode}_eager_mem", run_ms, mem=run_mem - base_mem)
+        call = lambda r=rec: r(ids, response_start=length - rows)  # noqa: E731
+        g_ms, _ = timed(call, reps)
+        host = host_ms(call, 5) if length <= 2048 else None
+        out.add(f"ours_graph_{mode}", g_ms, nbytes=stats_bytes(call()), host=host)
+        del rec, call
+    return g_ms
+
+
 def one_length(csv: LongCsv, name: str, model, length: int) -> None:
+    """Eager and graphed, plain and recorded forwards at one length; memory of per-token and pooled modes."""
     from flashstats_hf import record_forward
 
-    rows = max(1, round(0.3 * length))
+    rows = max(1, round(0.3 * length)) if length > 64 else 20
     ids = torch.randint(0, 151936, (1, length), device="cuda")
-    reps = 3 if length >= 16384 else (5 if length >= 4096 else 10)
+    reps = 2 if length >= 32768 else (3 if length >= 8192 else (5 if length >= 2048 else 20))
+    out = _Rows(csv, name, length, rows)
     with torch.no_grad():
-        base_ms, base_mem = timed(lambda: model.model(input_ids=ids, use_cache=False), reps)
-        ours_ms, ours_mem = timed(
-            lambda: record_forward(model, ids, response_start=length - rows, logits=False), reps
+        plain = lambda: model.model(input_ids=ids, use_cache=False)  # noqa: E731
+        base_ms, base_mem = timed(plain, reps)
+        small = length <= 2048  # host times only where they are the point (tiny GPU work)
+        out.add("plain_eager", base_ms, host=host_ms(plain, 5) if small else None)
+        ours = lambda: record_forward(model, ids, response_start=length - rows, logits=False)  # noqa: E731
+        ours_ms, ours_mem = timed(ours, reps)
+        out.add(
+            "ours_eager", ours_ms, mem=ours_mem - base_mem, nbytes=stats_bytes(ours()), host=host_ms(ours, 5)
         )
-        fs = record_forward(model, ids, response_start=length - rows, logits=False)
-    extra = max(ours_mem - base_mem, 0)
-    csv.add(
-        model=name,
-        L=length,
-        R=rows,
-        base_ms=f"{base_ms:.2f}",
-        ours_ms=f"{ours_ms:.2f}",
-        overhead_pct=f"{100 * (ours_ms / base_ms - 1):.2f}",
-        extra_peak_kib_per_tok=f"{extra / rows / 1024:.1f}",
-        stats_kib_per_tok=f"{stats_bytes(fs) / rows / 1024:.1f}",
-    )
+        g_ms = _graph_modes(out, model, ids, rows, reps, base_mem)
+        run, graph = graphed_plain(model, ids)
+        gb_ms, _ = timed(run, reps)
+        out.add("plain_graph", gb_ms, host=host_ms(run, 5) if small else None)
+        del run, graph
+    torch.cuda.empty_cache()
     print(
-        f"{name} L={length}: base {base_ms:.2f} ms ours {ours_ms:.2f} ms "
-        f"(+{100 * (ours_ms / base_ms - 1):.1f}%) extra peak {extra / rows / 1024:.1f} KiB/tok",
+        f"{name} L={length}: plain {base_ms:.2f} ms, ours {ours_ms:.2f} ms "
+        f"(+{100 * (ours_ms / base_ms - 1):.1f}%); "
+        f"graphs: plain {gb_ms:.2f} ms, ours pooled {g_ms:.2f} ms (+{100 * (g_ms / gb_ms - 1):.1f}%)",
         flush=True,
     )
-    del fs
 
 
 def dense_vs_ours(csv: LongCsv) -> None:
@@ -135,12 +201,12 @@ def dense_vs_ours(csv: LongCsv) -> None:
     ):
         ms, mem = timed(fn, 10)
         csv.add(
-            model="dense-vs-ours 8B attention x36",
+            model="Qwen3-8B attention x36",
             L=length,
             R=rows,
-            base_ms=path,
-            ours_ms=f"{ms * layers:.2f}",
-            overhead_pct="",
+            mode=f"{path}_all_stats",
+            ms=f"{ms * layers:.2f}",
+            host_ms="",
             extra_peak_kib_per_tok=f"{mem / rows / 1024:.1f}",
             stats_kib_per_tok="",
         )
@@ -150,71 +216,65 @@ def dense_vs_ours(csv: LongCsv) -> None:
         )
 
 
-def host_cost(csv: LongCsv, name: str, model) -> None:
-    """Fixed host cost: wall time of ours minus the plain forward on a 64-token input (GPU work tiny)."""
-    from flashstats_hf import record_forward
-
-    ids = torch.randint(0, 151936, (1, 64), device="cuda")
-    with torch.no_grad():
-        base_ms, _ = timed(lambda: model.model(input_ids=ids, use_cache=False), 20)
-        ours_ms, _ = timed(lambda: record_forward(model, ids, response_start=44, logits=False), 20)
-    csv.add(
-        model=name,
-        L=64,
-        R=20,
-        base_ms=f"{base_ms:.2f}",
-        ours_ms=f"{ours_ms:.2f}",
-        overhead_pct=f"host cost {ours_ms - base_ms:.2f} ms",
-        extra_peak_kib_per_tok="",
-        stats_kib_per_tok="",
-    )
-    print(f"{name} host cost per forward: {ours_ms - base_ms:.2f} ms (plain {base_ms:.2f} ms)", flush=True)
-
-
 def report(csv: LongCsv, out) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    at = {(r["model"], r["L"], r["mode"]): r for r in csv.rows}
+
+    def f(name, length, mode, key="ms"):
+        return float(at.get((name, length, mode), {}).get(key) or "nan")
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    table = []
     for name in SHAPES:
-        pts = [r for r in csv.rows if r["model"] == name and r["L"] != 64]
-        if pts:
-            ax1.plot([r["L"] for r in pts], [float(r["overhead_pct"]) for r in pts], marker="o", label=name)
-            ax2.plot(
-                [r["L"] for r in pts],
-                [float(r["extra_peak_kib_per_tok"]) for r in pts],
-                marker="o",
-                label=name,
-            )
+        lengths = sorted(L for m, L, mode in at if m == name and mode == "plain_graph")
+        ov_e = [100 * (f(name, n, "ours_eager") / f(name, n, "plain_eager") - 1) for n in lengths]
+        ov_g = [100 * (f(name, n, "ours_graph_per_token") / f(name, n, "plain_graph") - 1) for n in lengths]
+        ov_p = [100 * (f(name, n, "ours_graph_pooled") / f(name, n, "plain_graph") - 1) for n in lengths]
+        mem_t = [f(name, n, "per_token_eager_mem", "extra_peak_kib_per_tok") for n in lengths]
+        mem_p = [f(name, n, "pooled_eager_mem", "extra_peak_kib_per_tok") for n in lengths]
+        for i, n in enumerate(lengths):
+            r = at[(name, n, "plain_eager")]
+            table.append([name, n, r["R"], r["ms"], f"{ov_e[i]:.1f}", at[(name, n, "plain_graph")]["ms"],
+                          f"{ov_g[i]:.1f}", f"{ov_p[i]:.1f}", at[(name, n, "ours_eager")]["host_ms"],
+                          at[(name, n, "ours_graph_per_token")]["host_ms"],
+                          at[(name, n, "ours_eager")]["stats_kib_per_tok"], f"{mem_t[i]:.1f}",
+                          f"{mem_p[i]:.1f}",
+                          at[(name, n, "ours_graph_pooled")]["stats_kib_per_tok"]])  # fmt: skip
+        ax1.plot(lengths, ov_e, marker="o", ls="--", label=f"{name} eager")
+        ax1.plot(lengths, ov_g, marker="o", label=f"{name} CUDA graph")
+        ax2.plot(lengths, mem_t, marker="o", label=f"{name} per-token")
+        ax2.plot(lengths, mem_p, marker="o", ls="--", label=f"{name} pooled")
     for ax, lab in ((ax1, "time overhead (%)"), (ax2, "extra peak memory (KiB / response token)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("L (tokens), r = 0.3")
         ax.set_ylabel(lab)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+    ax1.set_yscale("symlog", linthresh=10)
     fig.tight_layout()
     fig.savefig(out / "whole_forward.png", dpi=120)
-    head = ["model", "L", "R", "plain ms", "ours ms", "overhead %", "extra peak KiB/tok", "stats KiB/tok"]
-    body = [[r[f] for f in csv.fields[4:]] for r in csv.rows]
+    head = ["model", "L", "R", "plain eager ms", "ours eager +%", "plain graph ms", "ours graph +%",
+            "pooled graph +%", "host ms eager", "host ms graph", "stats KiB/tok", "extra peak KiB/tok",
+            "pooled extra peak KiB/tok", "pooled stats KiB/tok"]  # fmt: skip
+    dense = [
+        [r["mode"], r["L"], r["R"], r["ms"], r["extra_peak_kib_per_tok"]]
+        for r in csv.rows
+        if "all_stats" in r["mode"]
+    ]
     env = csv.env
     text = f"# Whole forward ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
-    (out / "whole_forward.md").write_text(text + markdown_table(head, body))
+    text += markdown_table(head, table) + "\n## Dense path vs ours (8B attention shape, 36 layers)\n\n"
+    text += markdown_table(["path", "L", "R", "ms per forward", "peak KiB per response token"], dense)
+    (out / "whole_forward.md").write_text(text)
 
 
 def main() -> None:
     args = parse_args(__doc__)
     args.out.mkdir(parents=True, exist_ok=True)
-    fields = (
-        "model",
-        "L",
-        "R",
-        "base_ms",
-        "ours_ms",
-        "overhead_pct",
-        "extra_peak_kib_per_tok",
-        "stats_kib_per_tok",
-    )
+    fields = ("model", "L", "R", "mode", "ms", "host_ms", "extra_peak_kib_per_tok", "stats_kib_per_tok")
     csv = LongCsv(args.out / "whole_forward.csv", fields)
     deadline = Deadline(args.budget)
     try:
@@ -223,8 +283,7 @@ def main() -> None:
         print(f"dense comparison ran out of memory: {str(err)[:200]}")
     for name in ("Qwen3-0.6B", "Qwen3-8B"):
         model = build(name)
-        host_cost(csv, name, model)
-        for length in (512, 2048) if args.quick else LENGTHS:
+        for length in (64, 512, 2048) if args.quick else (64, *LENGTHS):
             if deadline.over():
                 print("budget spent: stopping early")
                 break
