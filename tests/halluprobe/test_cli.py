@@ -83,7 +83,7 @@ def test_main_reports_bad_input(capsys):
 def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(
-        ["train", "--limit", "6", "--out", str(out), "--feature-sets", "A7,A64,L9,A7L9", "--batch-size", "6"]
+        ["train", "--limit", "4", "--out", str(out), "--feature-sets", "A7,A64,L9,A7L9", "--batch-size", "4"]
     )
     assert rc == 0
     printed = capsys.readouterr().out
@@ -98,7 +98,7 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
                  "Ada lives in Rome.", "--tokens"]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert "p(hallucinated)" in printed and "Rome" in printed
-    assert main(["evaluate", det, "--limit", "6", "--out", str(out)]) == 0
+    assert main(["evaluate", det, "--limit", "4", "--out", str(out)]) == 0
     assert "A7L9 (test)" in capsys.readouterr().out
     # evaluate found every test record in the run's cache: no new shard
     assert sorted(p.name for p in (out / "cache").glob("shard-*")) == shards

@@ -14,7 +14,7 @@ from pathlib import Path
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
-DEFAULT_TRAIN_LIMIT = 150
+DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 

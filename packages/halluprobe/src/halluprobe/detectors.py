@@ -53,7 +53,8 @@ class _ScoreDetector(ClassifierMixin, BaseEstimator):
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(
-                f"Only binary classification is supported. {type(self).__name__} got {len(self.classes_)}"
+                f"Only binary classification is supported. {type(self).__name__} got {len(self.classes_)} "
+                + ("class" if len(self.classes_) == 1 else "classes")
             )
         yb = (y == self.classes_[1]).astype(np.int64)
         self._fit_scores(X, yb)
