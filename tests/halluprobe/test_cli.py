@@ -74,6 +74,16 @@ def test_load_dataset_limit_and_errors(tmp_path):
         load_dataset("default", 1)
 
 
+def test_load_dataset_from_jsonl(tmp_path):
+    from halubench_data import build_default, write_jsonl
+
+    ds = build_default(n_contexts=4, questions_per_context=1)
+    path = write_jsonl(ds, tmp_path / "ex.jsonl")
+    again = load_dataset(str(path))
+    assert [ex.id for ex in again] == [ex.id for ex in ds]
+    assert len(load_dataset(str(path), 2).split("train")) == 2
+
+
 def test_main_reports_bad_input(capsys):
     assert main(["train", "--feature-sets", "A9", "--dataset", "bogus"]) == 2
     assert "error" in capsys.readouterr().err

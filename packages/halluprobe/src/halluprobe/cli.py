@@ -14,6 +14,8 @@ from pathlib import Path
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
+CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
+"""halubench-data claim-level sets, built by ``build_claims(name, path)``."""
 DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
@@ -119,10 +121,13 @@ def load_dataset(spec: str, limit: int | None = None):
         ds = hd.read_jsonl(spec)
     elif ":" in spec:
         name, source = spec.split(":", 1)
-        builder = getattr(hd.builders, f"build_{name.replace('-', '_')}", None)
-        if builder is None:
-            raise ValueError(f"unknown halubench-data builder {name!r}")
-        ds = builder(source)
+        if name in CLAIM_SETS:
+            ds = hd.builders.build_claims(name, source)
+        else:
+            builder = getattr(hd.builders, f"build_{name.replace('-', '_')}", None)
+            if builder is None:
+                raise ValueError(f"unknown halubench-data builder {name!r}")
+            ds = builder(source)
     else:
         raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
     if limit is not None:
