@@ -25,10 +25,11 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray) ->
     import matplotlib.pyplot as plt
 
     figs = {"roc.png": plt.subplots(figsize=(5.5, 5)), "pr.png": plt.subplots(figsize=(5.5, 5))}
-    for name, s in test_scores.items():
+    for i, (name, s) in enumerate(test_scores.items()):
         roc, pr = _curves(np.asarray(s, dtype=np.float64), y)
-        figs["roc.png"][1].plot(*roc, label=name, lw=1.2)
-        figs["pr.png"][1].plot(*pr, label=name, lw=1.2)
+        style = dict(label=name, lw=1.2, color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3])
+        figs["roc.png"][1].plot(*roc, **style)
+        figs["pr.png"][1].plot(*pr, **style)
     ax = figs["roc.png"][1]
     ax.plot([0, 1], [0, 1], "k:", lw=0.8)
     ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)")
