@@ -101,15 +101,17 @@ def stats_bytes(stats) -> int:
 
 def graphed_plain(model, ids: torch.Tensor):
     """The plain decoder forward captured in a CUDA graph (the graphed baseline): (run, graph)."""
+    from flashstats_hf.graphs import PREPARED_MASKS
+
     static = ids.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.no_grad(), torch.cuda.stream(side):
-        model.model(input_ids=static, use_cache=False)
+        model.model(input_ids=static, attention_mask=PREPARED_MASKS, use_cache=False)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(graph):
-        model.model(input_ids=static, use_cache=False)
+        model.model(input_ids=static, attention_mask=PREPARED_MASKS, use_cache=False)
 
     def run():
         static.copy_(ids)
@@ -281,9 +283,13 @@ def main() -> None:
         dense_vs_ours(csv)
     except torch.OutOfMemoryError as err:
         print(f"dense comparison ran out of memory: {str(err)[:200]}")
+    import os
+
+    only = os.environ.get("WHOLE_LENGTHS")  # e.g. "64,2048,32768": a subset of the lengths
+    lengths = tuple(int(x) for x in only.split(",")) if only else (64, *LENGTHS)
     for name in ("Qwen3-0.6B", "Qwen3-8B"):
         model = build(name)
-        for length in (64, 512, 2048) if args.quick else (64, *LENGTHS):
+        for length in (64, 512, 2048) if args.quick else lengths:
             if deadline.over():
                 print("budget spent: stopping early")
                 break

@@ -8,8 +8,9 @@ and replays it: the Python of the model, of the attention interface and of the k
 does not run again, so the host cost no longer grows with the number of layers.
 
 Scope: batch 1 without padding (the unpadded fast path of :func:`flashstats_hf.record_forward`),
-CUDA models, no logit statistics or hidden states. Tuning and compilation happen in the warm-up runs
-before each capture.
+CUDA decoders that take prepared masks as a ``{"full_attention": ..., "sliding_attention": ...}``
+mapping (Llama, Qwen2/3, Mistral, Gemma 2/3 in Transformers 5), no logit statistics or hidden states.
+Tuning and compilation happen in the warm-up runs before each capture.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices, _sta
 from flashstats_hf.types import ForwardStats
 
 POOL_NAMES = ("mean", "std", "min", "max")
+
+PREPARED_MASKS = {"full_attention": None, "sliding_attention": None}
+"""Masks handed to the decoder as already prepared (None: plain causal, the window from each layer).
+
+Transformers builds masks itself otherwise, and while a CUDA graph is being captured it cannot tell
+(without a host read) that the default position ids are not a packed batch: it then falls back to a
+dense mask, which the attention cannot score and which sends the plain rows to a slow SDPA path."""
 """Order of the last axis of pooled statistics."""
 
 
@@ -134,7 +142,7 @@ class GraphedRecorder:
     def _run(self, ids: torch.Tensor, plan: Plan) -> tuple:
         recorder = (_PoolingRecorder if self.pooled else Recorder)(plan)
         with torch.no_grad(), recorder:
-            self.body(input_ids=ids, use_cache=False)
+            self.body(input_ids=ids, attention_mask=PREPARED_MASKS, use_cache=False)
         return _stack_layers([recorder.results[i] for i in self.layers if i in recorder.results])
 
     def _capture(self, length: int, rows: int) -> _Captured:
