@@ -59,6 +59,17 @@ class LongCsv:
         self._fh.close()
 
 
+class LoadedCsv:
+    """A long-format CSV read back (to redraw a report from a device run's data on another machine)."""
+
+    def __init__(self, path: Path, ints: tuple[str, ...] = ("L", "R", "d")) -> None:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            self.fields = tuple(reader.fieldnames or ())
+            self.rows = [{k: int(v) if k in ints and v else v for k, v in r.items()} for r in reader]
+        self.env = {k: self.rows[0][k] for k in FIELDS_ENV} if self.rows else environment()
+
+
 def bench_ms(fn: Callable[[], object], *, rep: int = 60, warmup: int = 15) -> float:
     """Median time of ``fn`` in ms (CUDA events, L2 flushed between runs: ``triton.testing.do_bench``)."""
     import triton.testing

@@ -226,13 +226,16 @@ def report(csv: LongCsv, out) -> None:
 
     at = {(r["model"], r["L"], r["mode"]): r for r in csv.rows}
 
+    def g(name, length, mode, key):
+        return at.get((name, length, mode), {}).get(key, "")
+
     def f(name, length, mode, key="ms"):
-        return float(at.get((name, length, mode), {}).get(key) or "nan")
+        return float(g(name, length, mode, key) or "nan")
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     table = []
     for name in SHAPES:
-        lengths = sorted(L for m, L, mode in at if m == name and mode == "plain_graph")
+        lengths = sorted(L for m, L, mode in at if m == name and mode == "plain_eager")
         ov_e = [100 * (f(name, n, "ours_eager") / f(name, n, "plain_eager") - 1) for n in lengths]
         ov_g = [100 * (f(name, n, "ours_graph_per_token") / f(name, n, "plain_graph") - 1) for n in lengths]
         ov_p = [100 * (f(name, n, "ours_graph_pooled") / f(name, n, "plain_graph") - 1) for n in lengths]
@@ -240,12 +243,12 @@ def report(csv: LongCsv, out) -> None:
         mem_p = [f(name, n, "pooled_eager_mem", "extra_peak_kib_per_tok") for n in lengths]
         for i, n in enumerate(lengths):
             r = at[(name, n, "plain_eager")]
-            table.append([name, n, r["R"], r["ms"], f"{ov_e[i]:.1f}", at[(name, n, "plain_graph")]["ms"],
+            table.append([name, n, r["R"], r["ms"], f"{ov_e[i]:.1f}", g(name, n, "plain_graph", "ms"),
                           f"{ov_g[i]:.1f}", f"{ov_p[i]:.1f}", at[(name, n, "ours_eager")]["host_ms"],
-                          at[(name, n, "ours_graph_per_token")]["host_ms"],
+                          g(name, n, "ours_graph_per_token", "host_ms"),
                           at[(name, n, "ours_eager")]["stats_kib_per_tok"], f"{mem_t[i]:.1f}",
                           f"{mem_p[i]:.1f}",
-                          at[(name, n, "ours_graph_pooled")]["stats_kib_per_tok"]])  # fmt: skip
+                          g(name, n, "ours_graph_pooled", "stats_kib_per_tok")])  # fmt: skip
         ax1.plot(lengths, ov_e, marker="o", ls="--", label=f"{name} eager")
         ax1.plot(lengths, ov_g, marker="o", label=f"{name} CUDA graph")
         ax2.plot(lengths, mem_t, marker="o", label=f"{name} per-token")
@@ -301,4 +304,15 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if (
+        len(sys.argv) == 3 and sys.argv[1] == "--report"
+    ):  # redraw from a CSV: --report results/whole_forward.csv
+        from pathlib import Path
+
+        from _perf import LoadedCsv
+
+        report(LoadedCsv(Path(sys.argv[2])), Path(sys.argv[2]).parent)
+    else:
+        main()
