@@ -95,9 +95,11 @@ def fit_one(name: str) -> dict:
     methods = {}
     for fs_name, fit in fits.items():
         methods[fs_name] = {
-            "validation": fit.predict_proba(recs["validation"]), "test": fit.predict_proba(recs["test"]),
-            "threshold": fit.threshold, "kind": "probe",
-        }  # fmt: skip
+            "validation": fit.predict_proba(recs["validation"]),
+            "test": fit.predict_proba(recs["test"]),
+            "threshold": fit.threshold,
+            "kind": "probe",
+        }
     toha = bool(recs["train"] and recs["train"][0].mtopdiv.size)
     pub = published_scores(recs, lab, order, list(LOGIT_STAT_NAMES), toha)
     others = {**pub, **_judge_scores(_STATE.get("judge"), name, ds), **_text_only(ds)}
@@ -111,14 +113,19 @@ def fit_one(name: str) -> dict:
             "kind": kind,
         }
     selection = {k: {"C": f.C, "val_auroc": f.val_auroc, **f.selection} for k, f in fits.items()}
-    return {
+    best = max(FEATURE_SETS, key=lambda s: (fits[s].val_auroc, -FEATURE_SETS.index(s)))
+    res = {
         "name": name,
         "fits": fits,
         "methods": methods,
         "labels": lab,
         "groups": grp,
         "selection": selection,
+        "best_probe": best,
     }
+    res["results"] = _evaluate_all(res, _STATE["n_boot"])
+    res["tests"] = _guarded(f"tests {name}", lambda: dataset_tests(name, res, _STATE["n_paired"]), [])
+    return res
 
 
 def _evaluate_all(fitted: dict, n_boot: int) -> dict:
@@ -149,36 +156,52 @@ def _holm_rows(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def tests(fitted_all: dict, n: int) -> dict:
-    """Paired bootstrap tests (Holm within each family) of the paper's claims."""
-    out = {"additions": [], "probe_vs_judge": [], "vs_text_only": []}
+def dataset_tests(d: str, f: dict, n: int) -> list[dict]:
+    """Raw paired bootstrap tests of one dataset (Holm across datasets: :func:`holm_families`)."""
+    rows = []
     for base, full in ADDITIONS:
         for metric in ("f1", "auroc"):
-            rows = [{"dataset": d, **_paired(f, base, full, metric, n)} for d, f in fitted_all.items()]
-            out["additions"] += _holm_rows(rows)
-    for d, f in fitted_all.items():
-        judge = [m for m, s in f["methods"].items() if s["kind"] == "judge"]
-        if not judge:
-            continue
-        best = max(FEATURE_SETS, key=lambda s: (f["fits"][s].val_auroc, -FEATURE_SETS.index(s)))
-        f["best_probe"] = best
-        for probe in dict.fromkeys(("A64H64", best)):
-            for metric in ("f1", "auroc"):
-                out["probe_vs_judge"].append(
-                    {"dataset": d, "probe": probe, **_paired(f, judge[0], probe, metric, n)}
-                )
-    for metric in ("f1", "auroc"):
-        fam = [r for r in out["probe_vs_judge"] if r["metric"] == metric]
-        _holm_rows(fam)
-    if "ragtruth_qa" in fitted_all:
-        f = fitted_all["ragtruth_qa"]
+            rows.append(
+                {
+                    "family": "additions",
+                    "key": f"{base}->{full}/{metric}",
+                    "dataset": d,
+                    **_paired(f, base, full, metric, n),
+                }
+            )
+    judge = [m for m, s in f["methods"].items() if s["kind"] == "judge"]
+    for probe in dict.fromkeys(("A64H64", f["best_probe"])) if judge else ():
+        for metric in ("f1", "auroc"):
+            rows.append(
+                {
+                    "family": "probe_vs_judge",
+                    "key": metric,
+                    "dataset": d,
+                    "probe": probe,
+                    **_paired(f, judge[0], probe, metric, n),
+                }
+            )
+    if d == "ragtruth_qa":
         for base in ("text-only TF-IDF", "text-only length"):
-            rows = [
-                _paired(f, base, m, "auroc", n)
-                for m, s in f["methods"].items()
-                if s["kind"] in ("probe", "detector")
-            ]
-            out["vs_text_only"] += _holm_rows(rows)
+            for m, s in f["methods"].items():
+                if s["kind"] in ("probe", "detector"):
+                    rows.append(
+                        {
+                            "family": "vs_text_only",
+                            "key": base,
+                            "dataset": d,
+                            **_paired(f, base, m, "auroc", n),
+                        }
+                    )
+    return rows
+
+
+def holm_families(rows: list[dict]) -> dict:
+    """Holm-correct each family of tests (an addition and metric over datasets; probe vs judge per metric;
+    every detector vs one text-only baseline)."""
+    out: dict = {"additions": [], "probe_vs_judge": [], "vs_text_only": []}
+    for fam, key in dict.fromkeys((r["family"], r["key"]) for r in rows):
+        out[fam] += _holm_rows([r for r in rows if r["family"] == fam and r["key"] == key])
     return out
 
 
@@ -189,36 +212,48 @@ def _apply(fit, recs, y, groups, n_boot):
     return evaluate(s, y, groups, fit.threshold, n_bootstrap=n_boot), s
 
 
-def transfer(fitted_all: dict, datasets: dict, cache, n_boot: int, done=frozenset(data.ALL)) -> dict:
-    """Cross-task transfer among RAGTruth tasks, and pooled RAGTruth -> claim sets."""
-    from halluprobe import train_feature_sets
-    from halubench_data import concat, evaluate, select_threshold
-
+def cross_task(fitted_all: dict, datasets: dict, cache, n_boot: int) -> list[dict]:
+    """Probes fitted on one RAGTruth task (train, validation-chosen C and threshold) tested on each task."""
     rows = []
     tasks = [t for t in data.RAGTRUTH_TASKS if t in fitted_all]
-    for src in tasks:
-        for tgt in tasks:
-            ds = datasets[tgt]
-            recs = cache.load([e.id for e in ds.test.examples])
-            y, g = np.asarray(ds.test.labels), [str(x) for x in ds.test.groups]
+    for tgt in tasks:
+        ds = datasets[tgt]
+        recs = cache.load([e.id for e in ds.test.examples])
+        y, g = np.asarray(ds.test.labels), [str(x) for x in ds.test.groups]
+        for src in tasks:
             for fs_name in TRANSFER_SETS:
                 res, _ = _apply(fitted_all[src]["fits"][fs_name], recs, y, g, n_boot)
                 rows.append({"fit": src, "test": tgt, "method": fs_name, "result": res})
-    if len(tasks) < len(data.RAGTRUTH_TASKS):
-        return {"rows": rows}
+    return rows
+
+
+def pooled_to_claims(n_boot: int) -> list[dict]:
+    """Probes fitted on the three RAGTruth tasks pooled, tested on pooled RAGTruth and on the claim sets."""
+    from halluprobe import train_feature_sets
+    from halubench_data import concat, evaluate, select_threshold
+
+    datasets, cache, done = _STATE["datasets"], _STATE["cache"], _STATE["done"]
     pooled = concat([datasets[t] for t in data.RAGTRUTH_TASKS], "ragtruth_all")
     recs = _records(cache, pooled)
     lab, grp = _labels(pooled)
-    fits = train_feature_sets(list(TRANSFER_SETS), _STATE["order"], recs["train"], lab["train"], grp["train"],
-                              recs["validation"], lab["validation"])  # fmt: skip
+    fits = train_feature_sets(
+        list(TRANSFER_SETS),
+        _STATE["order"],
+        recs["train"],
+        lab["train"],
+        grp["train"],
+        recs["validation"],
+        lab["validation"],
+    )
+    rows = []
+    for fs_name, fit in fits.items():  # in-domain reference: pooled RAGTruth test
+        res, _ = _apply(fit, recs["test"], lab["test"], grp["test"], n_boot)
+        rows.append({"fit": "ragtruth_all", "test": "ragtruth_all", "method": fs_name, "result": res})
     judge = _STATE.get("judge")
     jthr = None
     if judge:
         v = np.concatenate([judge["datasets"][t]["validation_scores"] for t in data.RAGTRUTH_TASKS])
         jthr = float(select_threshold(v, lab["validation"]))
-    for fs_name, fit in fits.items():  # in-domain reference: pooled RAGTruth test
-        res, _ = _apply(fit, recs["test"], lab["test"], grp["test"], n_boot)
-        rows.append({"fit": "ragtruth_all", "test": "ragtruth_all", "method": fs_name, "result": res})
     for tgt in [c for c in data.CLAIMS if c in done]:
         ds = datasets[tgt]
         recs_t = cache.load([e.id for e in ds.examples])
@@ -228,9 +263,34 @@ def transfer(fitted_all: dict, datasets: dict, cache, n_boot: int, done=frozense
             rows.append({"fit": "ragtruth_all", "test": tgt, "method": fs_name, "result": res})
         if judge and tgt in judge["datasets"]:
             s = np.asarray(judge["datasets"][tgt]["test_scores"])
-            rows.append({"fit": "ragtruth_all", "test": tgt, "method": f"SmolLM2 judge ({judge['template']})",
-                         "result": evaluate(s, y, g, jthr, n_bootstrap=n_boot)})  # fmt: skip
-    return {"rows": rows}
+            rows.append(
+                {
+                    "fit": "ragtruth_all",
+                    "test": tgt,
+                    "method": f"SmolLM2 judge ({judge['template']})",
+                    "result": evaluate(s, y, g, jthr, n_bootstrap=n_boot),
+                }
+            )
+    return rows
+
+
+def _job(spec: tuple):
+    """One independent unit of the analysis (run in a worker process with few BLAS threads)."""
+    import localisation
+    from threadpoolctl import threadpool_limits
+
+    kind, arg = spec
+    with threadpool_limits(_STATE["threads"]):
+        if kind == "fit":
+            return fit_dataset(arg)
+        if kind == "pooled":
+            return _guarded("pooled RAGTruth -> claims", lambda: pooled_to_claims(arg), [])
+        tasks = tuple(t for t in data.RAGTRUTH_TASKS if t in _STATE["done"])
+        return _guarded(
+            "localisation",
+            lambda: localisation.run(_STATE["datasets"], _STATE["work"] / "tokens", n_boot=arg, tasks=tasks),
+            None,
+        )
 
 
 def _guarded(stage: str, fn, default):
@@ -261,26 +321,39 @@ def _load_state(data_dir: Path, work: Path) -> None:
 
 def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paired: int = 100_000) -> None:
     """The whole analysis; writes ``out`` (tables, plots, JSON)."""
-    import localisation
     import report
 
     _load_state(Path(data_dir), Path(work))
-    done = set(_STATE["extract"].get("complete", data.ALL))
+    done = _STATE["done"] = set(_STATE["extract"].get("complete", data.ALL))
+    _STATE.update(work=Path(work), n_boot=n_boot, n_paired=n_paired)
     names = [n for n in data.MAIN if n in done]
-    procs = max(1, min(len(names), (os.cpu_count() or 1) - 1))
-    if procs > 1:
-        with get_context("fork").Pool(procs) as pool:
-            fitted = dict(zip(names, pool.map(fit_dataset, names), strict=True))
+    jobs = [("fit", n) for n in names]
+    if all(t in done for t in data.RAGTRUTH_TASKS):
+        jobs.append(("pooled", max(1000, n_boot // 5)))
+    if any(t in done for t in data.RAGTRUTH_TASKS):
+        jobs.append(("loc", max(200, n_boot // 50)))
+    cpus = os.cpu_count() or 1
+    _STATE["threads"] = max(1, cpus // len(jobs))
+    if cpus > 1 and len(jobs) > 1:
+        with get_context("fork").Pool(min(len(jobs), cpus)) as pool:
+            outs = pool.map(_job, jobs, chunksize=1)
     else:
-        fitted = {n: fit_dataset(n) for n in names}
-    fitted = {n: f for n, f in fitted.items() if f is not None}
+        outs = [_job(j) for j in jobs]
+    got = dict(zip(jobs, outs, strict=True))
+    fitted = {n: got[("fit", n)] for n in names if got[("fit", n)] is not None}
+    pooled_rows = next((v for (k, _), v in got.items() if k == "pooled"), [])
+    loc = next((v for (k, _), v in got.items() if k == "loc"), None)
     print("analyze: fitted", ", ".join(fitted), flush=True)
-    results = {n: _evaluate_all(f, n_boot) for n, f in fitted.items()}
-    test_res = _guarded("tests", lambda: tests(fitted, n_paired), {})
-    trans = _guarded("transfer", lambda: transfer(fitted, _STATE["datasets"], _STATE["cache"], max(1000, n_boot // 5), done),
-                     {"rows": []})  # fmt: skip
-    tasks = tuple(t for t in data.RAGTRUTH_TASKS if t in done)
-    loc = _guarded("localisation", lambda: localisation.run(_STATE["datasets"], Path(work) / "tokens",
-                   n_boot=max(200, n_boot // 20), tasks=tasks), None)  # fmt: skip
+    results = {n: f["results"] for n, f in fitted.items()}
+    test_res = _guarded("tests", lambda: holm_families([r for f in fitted.values() for r in f["tests"]]), {})
+    report.write(
+        out, fitted, results, test_res, {"rows": pooled_rows}, loc, None, _STATE["extract"], _STATE["judge"]
+    )
+    cross = _guarded(
+        "cross-task",
+        lambda: cross_task(fitted, _STATE["datasets"], _STATE["cache"], max(1000, n_boot // 5)),
+        [],
+    )
+    trans = {"rows": cross + pooled_rows}
     cost = json.loads((Path(work) / "cost.json").read_text()) if (Path(work) / "cost.json").exists() else None
     report.write(out, fitted, results, test_res, trans, loc, cost, _STATE["extract"], _STATE["judge"])

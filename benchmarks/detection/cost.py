@@ -100,10 +100,17 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
         s = np.array([r[f"{name}_s"] for r in rows])
         mem = [r[f"{name}_bytes"] for r in rows]
         paths[name] = {
-            "seconds_mean": float(s.mean()), "seconds_median": float(np.median(s)),
+            "seconds_mean": float(s.mean()),
+            "seconds_median": float(np.median(s)),
             "peak_mib_mean": float(np.mean(mem)) / 2**20 if mem[0] is not None else None,
             "peak_mib_max": float(np.max(mem)) / 2**20 if mem[0] is not None else None,
-        }  # fmt: skip
+        }
     toks = np.array([r["tokens"] for r in rows])
-    return {"n": len(rows), "tokens_median": float(np.median(toks)), "tokens_max": int(toks.max()),
-            "dtype": str(dtype), "paths": paths, "per_example": rows}  # fmt: skip
+    return {
+        "n": len(rows),
+        "tokens_median": float(np.median(toks)),
+        "tokens_max": int(toks.max()),
+        "dtype": str(dtype),
+        "paths": paths,
+        "per_example": rows,
+    }

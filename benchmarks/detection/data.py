@@ -72,13 +72,30 @@ def _shortest(ds, limit: int):
     return hd.Dataset(tuple(keep), ds.name)
 
 
-def prepare(out: Path, root: Path | None = None, limit: int | None = None) -> dict[str, int]:
+def _random_subset(ds, n: int):
+    """At most ``n`` examples of each split, drawn uniformly (seed 42)."""
+    import halubench_data as hd
+
+    keep = []
+    for split in ("train", "validation", "test"):
+        part = ds.split(split).examples
+        rng = np.random.default_rng(42)
+        idx = sorted(rng.choice(len(part), size=min(n, len(part)), replace=False).tolist())
+        keep.extend(part[i] for i in idx)
+    return hd.Dataset(tuple(keep), ds.name)
+
+
+def prepare(
+    out: Path, root: Path | None = None, limit: int | None = None, subset: int | None = None, only=None
+) -> dict[str, int]:
     """Build every dataset and write ``out/<name>.jsonl`` (+ ``out/manifest.json``).
 
     Args:
         out: Destination folder.
         root: The shared data folder (default ``../shared/data``).
         limit: Dry run: at most ``limit`` examples per split (claim sets: ``limit`` in all), the shortest.
+        subset: At most ``subset`` random examples per split (claim sets: the first ``subset`` of the sample).
+        only: Dataset names to write (default all).
 
     Returns:
         Examples written per dataset.
@@ -91,7 +108,11 @@ def prepare(out: Path, root: Path | None = None, limit: int | None = None) -> di
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for name, ds in _build_all(root).items():
+        if only and name not in only:
+            continue
         ds = hd.Dataset(ds.examples, name)
+        if subset is not None:
+            ds = _random_subset(ds, subset) if name not in CLAIMS else hd.Dataset(ds.examples[:subset], name)
         if limit is not None:
             if name in CLAIMS:
                 pos = [e for e in ds if e.label == 1][: (limit + 1) // 2]
@@ -101,15 +122,17 @@ def prepare(out: Path, root: Path | None = None, limit: int | None = None) -> di
                 ds = _shortest(ds, limit)
         hd.write_jsonl(ds, out / f"{name}.jsonl", overwrite=True)
         counts[name] = len(ds)
-    manifest = {"limit": limit, "claim_sample": CLAIM_SAMPLE, "counts": counts, "source": str(root)}
+    manifest = {"limit": limit, "subset": subset, "claim_sample": CLAIM_SAMPLE, "counts": counts, "source": str(root)}
     hd.atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1), overwrite=True)
     return counts
 
 
-def load(data_dir: Path, names=ALL) -> dict:
-    """The frozen datasets ``{name: Dataset}`` (names missing from ``data_dir`` are an error)."""
+def load(data_dir: Path, names=None) -> dict:
+    """The frozen datasets ``{name: Dataset}`` (``None``: every dataset present in ``data_dir``)."""
     import halubench_data as hd
 
+    if names is None:
+        names = [n for n in ALL if (Path(data_dir) / f"{n}.jsonl").is_file()]
     out = {}
     for name in names:
         path = Path(data_dir) / f"{name}.jsonl"

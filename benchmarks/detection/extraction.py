@@ -155,11 +155,17 @@ class TokenExtractor:
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         batch = collate(encoded, pad_token_id=int(pad)).to(dev)
         kw = dict(
-            response_start=batch.response_start, attention_mask=batch.attention_mask, request=DEFAULT_REQUEST,
-            layers=self.ext.layers, logits=True, hidden_layers=self.ext.hidden_layers,
-        )  # fmt: skip
+            response_start=batch.response_start,
+            attention_mask=batch.attention_mask,
+            request=DEFAULT_REQUEST,
+            layers=self.ext.layers,
+            logits=True,
+            hidden_layers=self.ext.hidden_layers,
+        )
         try:
             return record_forward(model, batch.input_ids, backend=self.backend, **kw)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a kernel failure must not lose the whole run
             if self.backend == "torch":
                 raise
@@ -187,6 +193,18 @@ class TokenExtractor:
         return torch.stack(out)
 
     def __call__(self, batch: list[Any]):
+        """Records of ``batch``; a batch that runs out of device memory is redone one example at a time."""
+        if len(batch) > 1:
+            try:
+                return self._run(batch)
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                self.log.append(f"out of memory on a batch of {len(batch)}; redone one by one")
+                print(self.log[-1], flush=True)
+                return [r for ex in batch for r in self._run([ex])]
+        return self._run(batch)
+
+    def _run(self, batch: list[Any]):
         from halluprobe import reduce_forward
 
         t0 = time.perf_counter()

@@ -105,11 +105,17 @@ def _bootstrap(items, scores, thr, n_boot: int) -> dict:
     return {
         "token_auroc": float(roc_auc_score(y, s)) if len(set(y)) == 2 else float("nan"),
         "token_auroc_ci": [float(v) for v in np.quantile(aucs, [0.025, 0.975])] if aucs else [np.nan, np.nan],
-        "span_precision": float(p), "span_recall": float(r), "span_f1": float(f),
+        "span_precision": float(p),
+        "span_recall": float(r),
+        "span_f1": float(f),
         "span_f1_ci": [float(v) for v in np.quantile(f1s, [0.025, 0.975])],
-        "token_f1": tok_f1, "threshold": float(thr), "n_answers": len(items), "n_tokens": int(len(y)),
-        "n_positive_tokens": int(y.sum()), "n_groups": len(groups),
-    }  # fmt: skip
+        "token_f1": tok_f1,
+        "threshold": float(thr),
+        "n_answers": len(items),
+        "n_tokens": int(len(y)),
+        "n_positive_tokens": int(y.sum()),
+        "n_groups": len(groups),
+    }
 
 
 def _token_f1(y, pred) -> float:

@@ -71,8 +71,16 @@ def bars(path: Path, rows: list[dict]) -> None:
             ys.append(r["auroc"])
             lo.append(r["auroc"] - r["auroc_lo"])
             hi.append(r["auroc_hi"] - r["auroc"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=1.5, color=cmap(k % 20), label=m.replace("SmolLM2 judge", "judge"),
-               error_kw={"lw": 0.6})  # fmt: skip
+        ax.bar(
+            xs,
+            ys,
+            width,
+            yerr=[lo, hi],
+            capsize=1.5,
+            color=cmap(k % 20),
+            label=m.replace("SmolLM2 judge", "judge"),
+            error_kw={"lw": 0.6},
+        )
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.set_xticks(range(len(ds)))
     ax.set_xticklabels([DISPLAY.get(d, d) for d in ds], fontsize=9)

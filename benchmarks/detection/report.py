@@ -36,12 +36,17 @@ def environment(extract: dict) -> dict:
     except ImportError:
         tv = "absent"
     return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": extract.get("device", "?"),
-        "dtype": extract.get("dtype", "?"), "kernel_backend": extract.get("backend", "?"),
-        "python": platform.python_version(), "torch": torch.__version__, "triton": tv,
-        "transformers": transformers.__version__, "sklearn": sklearn.__version__,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": extract.get("device", "?"),
+        "dtype": extract.get("dtype", "?"),
+        "kernel_backend": extract.get("backend", "?"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": tv,
+        "transformers": transformers.__version__,
+        "sklearn": sklearn.__version__,
         "proxy": "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised)",
-    }  # fmt: skip
+    }
 
 
 def _ci(v, ci) -> str:
@@ -56,7 +61,8 @@ def _csv(out: Path, name: str, rows: list[dict], env: dict) -> None:
     if not rows:
         return
     buf = io.StringIO()
-    keys = list(rows[0]) + [k for k in env if k not in rows[0]]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    keys += [k for k in env if k not in keys]
     w = csv.DictWriter(buf, fieldnames=keys)
     w.writeheader()
     for r in rows:
@@ -75,12 +81,25 @@ def main_rows(results: dict, fitted: dict) -> list[dict]:
     rows = []
     for d, per in results.items():
         for m, r in per.items():
-            rows.append({
-                "dataset": d, "method": m, "kind": fitted[d]["methods"][m]["kind"], "f1": r.f1,
-                "f1_lo": r.f1_ci[0], "f1_hi": r.f1_ci[1], "auroc": r.auroc, "auroc_lo": r.auroc_ci[0],
-                "auroc_hi": r.auroc_ci[1], "precision": r.precision, "recall": r.recall, "threshold": r.threshold,
-                "n": r.n, "n_positive": r.n_positive, "n_groups": r.n_groups,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "dataset": d,
+                    "method": m,
+                    "kind": fitted[d]["methods"][m]["kind"],
+                    "f1": r.f1,
+                    "f1_lo": r.f1_ci[0],
+                    "f1_hi": r.f1_ci[1],
+                    "auroc": r.auroc,
+                    "auroc_lo": r.auroc_ci[0],
+                    "auroc_hi": r.auroc_ci[1],
+                    "precision": r.precision,
+                    "recall": r.recall,
+                    "threshold": r.threshold,
+                    "n": r.n,
+                    "n_positive": r.n_positive,
+                    "n_groups": r.n_groups,
+                }
+            )
     return rows
 
 
@@ -102,7 +121,8 @@ def main_markdown(rows: list[dict]) -> str:
             )
         body.append(cells)
     counts = ", ".join(
-        f"{DISPLAY.get(d, d)}: {idx[(d, methods[0])]['n']} answers / {idx[(d, methods[0])]['n_groups']} groups"
+        f"{DISPLAY.get(d, d)}: {idx[(d, methods[0])]['n']} answers / "
+        f"{idx[(d, methods[0])]['n_groups']} groups"
         for d in ds
     )
     return _md(head, body) + f"\nTest sets: {counts}.\n"
@@ -119,44 +139,85 @@ def tests_markdown(tests: dict) -> tuple[str, list[dict]]:
                     **{k: (v if not isinstance(v, list) else f"{v[0]:.4f};{v[1]:.4f}") for k, v in t.items()},
                 }
             )
-    for family, title in (("additions", "Adding attention blocks"), ("probe_vs_judge", "Probe vs the same model as judge"),
-                          ("vs_text_only", "Detectors vs text-only baselines on RAGTruth QA (AUROC)")):  # fmt: skip
+    for family, title in (
+        ("additions", "Adding attention blocks"),
+        ("probe_vs_judge", "Probe vs the same model as judge"),
+        ("vs_text_only", "Detectors vs text-only baselines on RAGTruth QA (AUROC)"),
+    ):
         items = tests.get(family, [])
         if not items:
             continue
         lines.append(
             f"\n**{title}** (paired group bootstrap, Δ = b − a, Holm-corrected p within each family)\n\n"
         )
-        body = [[DISPLAY.get(t.get("dataset", "ragtruth_qa"), t.get("dataset", "")), t["a"], t["b"], t["metric"],
-                 f"{t['delta']:+.3f} [{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]", f"{t['p']:.4f}", f"{t.get('p_holm', float('nan')):.4f}"]
-                for t in items]  # fmt: skip
+        body = [
+            [
+                DISPLAY.get(t.get("dataset", "ragtruth_qa"), t.get("dataset", "")),
+                t["a"],
+                t["b"],
+                t["metric"],
+                f"{t['delta']:+.3f} [{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}]",
+                f"{t['p']:.4f}",
+                f"{t.get('p_holm', float('nan')):.4f}",
+            ]
+            for t in items
+        ]
         lines.append(_md(["dataset", "a", "b", "metric", "Δ [95% CI]", "p", "p (Holm)"], body))
     return "".join(lines), rows
 
 
 def transfer_markdown(trans: dict) -> tuple[str, list[dict]]:
     """AUROC matrix of the transfer runs."""
-    rows = [{"fit": r["fit"], "test": r["test"], "method": r["method"], "auroc": r["result"].auroc,
-             "auroc_lo": r["result"].auroc_ci[0], "auroc_hi": r["result"].auroc_ci[1], "f1": r["result"].f1,
-             "n": r["result"].n} for r in trans["rows"]]  # fmt: skip
+    rows = [
+        {
+            "fit": r["fit"],
+            "test": r["test"],
+            "method": r["method"],
+            "auroc": r["result"].auroc,
+            "auroc_lo": r["result"].auroc_ci[0],
+            "auroc_hi": r["result"].auroc_ci[1],
+            "f1": r["result"].f1,
+            "n": r["result"].n,
+        }
+        for r in trans["rows"]
+    ]
     lines = []
     for fit in dict.fromkeys(r["fit"] for r in rows):
         sub = [r for r in rows if r["fit"] == fit]
         tests = list(dict.fromkeys(r["test"] for r in sub))
         methods = list(dict.fromkeys(r["method"] for r in sub))
         idx = {(r["test"], r["method"]): r for r in sub}
-        body = [[m] + [(_ci(idx[(t, m)]["auroc"], (idx[(t, m)]["auroc_lo"], idx[(t, m)]["auroc_hi"])) if (t, m) in idx else "")
-                       for t in tests] for m in methods]  # fmt: skip
+        body = [
+            [m]
+            + [
+                (
+                    _ci(idx[(t, m)]["auroc"], (idx[(t, m)]["auroc_lo"], idx[(t, m)]["auroc_hi"]))
+                    if (t, m) in idx
+                    else ""
+                )
+                for t in tests
+            ]
+            for m in methods
+        ]
         lines.append(f"\n**Fitted on {DISPLAY.get(fit, fit)}** (test AUROC [95% CI])\n\n")
         lines.append(_md(["method"] + [DISPLAY.get(t, t) for t in tests], body))
     return "".join(lines), rows
 
 
 def localisation_markdown(loc: dict) -> str:
-    body = [[r["method"], DISPLAY.get(r["task"], "all three tasks"), _ci(r["token_auroc"], r["token_auroc_ci"]),
-             f"{r['span_precision']:.3f}", f"{r['span_recall']:.3f}", _ci(r["span_f1"], r["span_f1_ci"]),
-             f"{r['token_f1']:.3f}", f"{r['n_answers']} / {r['n_tokens']} ({r['n_positive_tokens']} pos.)"]
-            for r in loc["results"]]  # fmt: skip
+    body = [
+        [
+            r["method"],
+            DISPLAY.get(r["task"], "all three tasks"),
+            _ci(r["token_auroc"], r["token_auroc_ci"]),
+            f"{r['span_precision']:.3f}",
+            f"{r['span_recall']:.3f}",
+            _ci(r["span_f1"], r["span_f1_ci"]),
+            f"{r['token_f1']:.3f}",
+            f"{r['n_answers']} / {r['n_tokens']} ({r['n_positive_tokens']} pos.)",
+        ]
+        for r in loc["results"]
+    ]
     head = [
         "scorer",
         "test",
@@ -169,24 +230,40 @@ def localisation_markdown(loc: dict) -> str:
     ]
     return (
         _md(head, body)
-        + f"\nToken probe: C = {loc['fit']['C']}, validation token AUROC {loc['fit']['val_token_auroc']:.3f}, {loc['n_features']} features per token.\n"
+        + f"\nToken probe: C = {loc['fit']['C']}, val. token AUROC {loc['fit']['val_token_auroc']:.3f}, "
+        f"{loc['n_features']} features per token.\n"
     )
 
 
 def cost_markdown(cost: dict | None, extract: dict) -> str:
     lines = []
     if extract:
-        lines.append(f"Whole evaluation: {extract['examples_computed']} forwards, {extract['seconds_per_example']:.3f} s per "
-                     f"example (batch {extract['batch_size']}, {extract['device']}, {extract['dtype']}, backend {extract['backend']}), "
-                     f"peak GPU memory {extract['peak_gpu_bytes'] / 2**20:.0f} MiB.\n\n" if extract.get("peak_gpu_bytes")
-                     else f"Whole evaluation: {extract['examples_computed']} forwards, {extract['seconds_per_example']:.3f} s per example "
-                     f"(batch {extract['batch_size']}, {extract['device']}).\n\n")  # fmt: skip
+        lines.append(
+            f"Whole evaluation: {extract['examples_computed']} forwards, "
+            f"{extract['seconds_per_example']:.3f} s per example (batch {extract['batch_size']}, "
+            f"{extract['device']}, {extract['dtype']}, backend {extract['backend']}), "
+            f"peak GPU memory {extract['peak_gpu_bytes'] / 2**20:.0f} MiB.\n\n"
+            if extract.get("peak_gpu_bytes")
+            else f"Whole evaluation: {extract['examples_computed']} forwards, "
+            f"{extract['seconds_per_example']:.3f} s per example "
+            f"(batch {extract['batch_size']}, {extract['device']}).\n\n"
+        )
     if cost:
-        body = [[p, f"{v['seconds_mean'] * 1e3:.1f}", f"{v['seconds_median'] * 1e3:.1f}",
-                 "n/a" if v["peak_mib_mean"] is None else f"{v['peak_mib_mean']:.1f}",
-                 "n/a" if v["peak_mib_max"] is None else f"{v['peak_mib_max']:.1f}"] for p, v in cost["paths"].items()]  # fmt: skip
-        lines.append(f"Sample: {cost['n']} RAGTruth QA test answers, batch 1, median {cost['tokens_median']:.0f} tokens "
-                     f"(max {cost['tokens_max']}), {cost['device']}, {cost['dtype']}.\n\n")  # fmt: skip
+        body = [
+            [
+                p,
+                f"{v['seconds_mean'] * 1e3:.1f}",
+                f"{v['seconds_median'] * 1e3:.1f}",
+                "n/a" if v["peak_mib_mean"] is None else f"{v['peak_mib_mean']:.1f}",
+                "n/a" if v["peak_mib_max"] is None else f"{v['peak_mib_max']:.1f}",
+            ]
+            for p, v in cost["paths"].items()
+        ]
+        lines.append(
+            f"Sample: {cost['n']} RAGTruth QA test answers, batch 1, "
+            f"median {cost['tokens_median']:.0f} tokens "
+            f"(max {cost['tokens_max']}), {cost['device']}, {cost['dtype']}.\n\n"
+        )
         lines.append(
             _md(
                 [
@@ -244,14 +321,62 @@ def write(out: Path, fitted, results, tests, trans, loc, cost, extract, judge) -
         except Exception as exc:  # noqa: BLE001 - a plot must not lose the tables
             print(f"report: plot {fn.__name__} failed: {exc!r}", flush=True)
     meta = "\n".join(f"- {k}: {v}" for k, v in env.items())
-    parts = [f"# Detection results\n\n{meta}\n\n## Main table (test F1 at the validation threshold, AUROC; 95% group-bootstrap intervals)\n\n",
-             main_markdown(rows), "\n## Paired tests\n", tmd, "\n## Transfer\n", xmd,
-             "\n## Token-level localisation (RAGTruth spans)\n\n", localisation_markdown(loc) if loc else "(failed; see the log)\n",
-             "\n## Extraction cost\n\n", cost_markdown(cost, extract)]  # fmt: skip
+    parts = [
+        f"# Detection results\n\n{meta}\n\n## Main table (test F1 at the validation threshold, AUROC; "
+        "95% group-bootstrap intervals)\n\n",
+        main_markdown(rows),
+        "\n## Paired tests\n",
+        tmd,
+        "\n## Transfer\n",
+        xmd,
+        "\n## Token-level localisation (RAGTruth spans)\n\n",
+        localisation_markdown(loc) if loc else "(failed; see the log)\n",
+        "\n## Extraction cost\n\n",
+        cost_markdown(cost, extract),
+    ]
     if judge:
-        jt = _md(["template"] + [DISPLAY.get(d, d) for d in next(iter(judge["aurocs"].values()))],
-                 [[t] + [f"{v:.3f}" for v in per.values()] for t, per in judge["aurocs"].items()])  # fmt: skip
+        jt = _md(
+            ["template"] + [DISPLAY.get(d, d) for d in next(iter(judge["aurocs"].values()))],
+            [[t] + [f"{v:.3f}" for v in per.values()] for t, per in judge["aurocs"].items()],
+        )
         parts.append(f"\n## Judge template selection (validation AUROC; chosen: {judge['template']})\n\n{jt}")
     _write(out, "report.md", "".join(parts))
     _write(out, "main_table.md", main_markdown(rows))
     print(main_markdown(rows))
+
+
+def rebuild(folder: Path) -> None:
+    """Rebuild the Markdown tables and the AUROC bar chart from a results folder's CSV/JSON alone.
+
+    Used when a run's analysis wrote ``main.csv``, ``judge.json``, ``extract.json`` and ``cost.json`` but
+    stopped before its report (as the H200 run of 2026-11-30 did).
+    """
+    import plots
+
+    folder = Path(folder)
+    with open(folder / "main.csv") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in ("f1", "f1_lo", "f1_hi", "auroc", "auroc_lo", "auroc_hi", "precision", "recall", "threshold"):
+            r[k] = float(r[k])
+        for k in ("n", "n_positive", "n_groups"):
+            r[k] = int(r[k])
+    _write(folder, "main_table.md", main_markdown(rows))
+    plots.bars(folder / "detection_auroc_bars.png", rows)
+    extract = json.loads((folder / "extract.json").read_text())
+    cost = json.loads((folder / "cost.json").read_text())
+    _write(folder, "cost.md", cost_markdown(cost, extract))
+    judge = json.loads((folder / "judge.json").read_text())
+    first = next(iter(judge["aurocs"].values()))
+    jt = _md(
+        ["template"] + [DISPLAY.get(d, d) for d in first],
+        [[t] + [f"{v:.3f}" for v in per.values()] for t, per in judge["aurocs"].items()],
+    )
+    _write(folder, "judge_selection.md", f"Chosen: {judge['template']} (mean validation AUROC {judge['mean_auroc']:.3f})\n\n{jt}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    rebuild(Path(sys.argv[1]))

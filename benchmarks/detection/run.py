@@ -71,27 +71,45 @@ def phase_extract(args) -> None:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     complete = []
-    for name in data.ALL:
+    for name in datasets:
         te.toha = name in TOHA_SETS
         te.token_dir = args.work / "tokens" if name.startswith("ragtruth") else None
         examples = list(datasets[name].examples)
         try:
-            extract_records(examples, _until(te, args.deadline), cache, batch_size=args.batch_size,
-                            length=ext.length, progress=True, desc=name)  # fmt: skip
+            extract_records(
+                examples,
+                _until(te, args.deadline),
+                cache,
+                batch_size=args.batch_size,
+                length=ext.length,
+                progress=True,
+                desc=name,
+            )
         except DeadlineReached:
             print(f"extract: deadline reached during {name}; later datasets are left out", flush=True)
             break
+        except Exception as exc:  # noqa: BLE001 - one dataset's failure leaves the others usable
+            te.log.append(f"{name} left out: {exc!r}")
+            print(te.log[-1], flush=True)
+            continue
         complete.append(name)
     wall = time.perf_counter() - t0
     ind = induction_scores(model)
     stats = {
-        "examples_computed": te.count, "compute_seconds": te.seconds, "wall_seconds": wall,
-        "seconds_per_example": te.seconds / max(te.count, 1), "backend": te.backend, "log": te.log,
+        "examples_computed": te.count,
+        "compute_seconds": te.seconds,
+        "wall_seconds": wall,
+        "seconds_per_example": te.seconds / max(te.count, 1),
+        "backend": te.backend,
+        "log": te.log,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
-        "device": _device_name(args.device), "dtype": str(_dtype(args)), "batch_size": args.batch_size,
-        "layers": list(range(int(model.config.num_hidden_layers))), "induction": ind.tolist(),
+        "device": _device_name(args.device),
+        "dtype": str(_dtype(args)),
+        "batch_size": args.batch_size,
+        "layers": list(range(int(model.config.num_hidden_layers))),
+        "induction": ind.tolist(),
         "complete": complete,
-    }  # fmt: skip
+    }
     prev = args.work / "extract.json"
     if prev.exists() and te.count == 0:  # a resumed run that computed nothing keeps the earlier timing
         old = json.loads(prev.read_text())
@@ -154,9 +172,11 @@ def phase_judge(args) -> None:
     for name in data.MAIN:
         run = run_evaluation(chosen, datasets[name], f"SmolLM2 judge ({sel.template})", cache, selection=sel)
         out["datasets"][name] = {
-            "threshold": run.threshold, "test_ids": run.test_ids, "test_scores": run.test_scores.tolist(),
+            "threshold": run.threshold,
+            "test_ids": run.test_ids,
+            "test_scores": run.test_scores.tolist(),
             "validation_scores": run.validation_scores.tolist(),
-        }  # fmt: skip
+        }
     for name in data.CLAIMS:
         ds = datasets[name]
         out["datasets"][name] = {
@@ -200,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/detection"), help="results folder")
     p.add_argument("--limit", type=int, default=None, help="prepare: at most N shortest examples per split")
+    p.add_argument("--subset", type=int, default=None, help="prepare: at most N random examples per split")
+    p.add_argument("--only", default=None, help="prepare: comma-separated dataset names (default all)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--backend", default="auto", choices=("auto", "triton", "torch"))
@@ -227,7 +249,8 @@ def main(argv=None) -> int:
     for phase in phases:
         t0 = time.perf_counter()
         if phase == "prepare":
-            print("prepare:", data.prepare(args.data, limit=args.limit))
+            only = args.only.split(",") if args.only else None
+            print("prepare:", data.prepare(args.data, limit=args.limit, subset=args.subset, only=only))
         else:
             globals()[f"phase_{phase}"](args)
         print(f"[{phase}] {time.perf_counter() - t0:.1f} s", flush=True)
