@@ -59,7 +59,7 @@ def bars(path: Path, rows: list[dict]) -> None:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     idx = {(r["dataset"], r["method"]): r for r in rows}
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(max(10, 2.6 * len(ds)), 5))
+    fig, ax = plt.subplots(figsize=(max(10, 2.6 * len(ds)), 5.6))
     cmap = plt.get_cmap("tab20")
     for k, m in enumerate(methods):
         xs, ys, lo, hi = [], [], [], []
@@ -86,7 +86,7 @@ def bars(path: Path, rows: list[dict]) -> None:
     ax.set_xticklabels([DISPLAY.get(d, d) for d in ds], fontsize=9)
     ax.set_ylabel("test AUROC (95% group-bootstrap interval)")
     ax.set_ylim(0.2, 1.0)
-    ax.legend(fontsize=7, ncol=4, loc="upper left")
+    ax.legend(fontsize=7, ncol=9, loc="upper center", bbox_to_anchor=(0.5, -0.07))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
