@@ -122,7 +122,13 @@ def prepare(
                 ds = _shortest(ds, limit)
         hd.write_jsonl(ds, out / f"{name}.jsonl", overwrite=True)
         counts[name] = len(ds)
-    manifest = {"limit": limit, "subset": subset, "claim_sample": CLAIM_SAMPLE, "counts": counts, "source": str(root)}
+    manifest = {
+        "limit": limit,
+        "subset": subset,
+        "claim_sample": CLAIM_SAMPLE,
+        "counts": counts,
+        "source": str(root),
+    }
     hd.atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1), overwrite=True)
     return counts
 

@@ -357,7 +357,17 @@ def rebuild(folder: Path) -> None:
     with open(folder / "main.csv") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
-        for k in ("f1", "f1_lo", "f1_hi", "auroc", "auroc_lo", "auroc_hi", "precision", "recall", "threshold"):
+        for k in (
+            "f1",
+            "f1_lo",
+            "f1_hi",
+            "auroc",
+            "auroc_lo",
+            "auroc_hi",
+            "precision",
+            "recall",
+            "threshold",
+        ):
             r[k] = float(r[k])
         for k in ("n", "n_positive", "n_groups"):
             r[k] = int(r[k])
@@ -372,7 +382,11 @@ def rebuild(folder: Path) -> None:
         ["template"] + [DISPLAY.get(d, d) for d in first],
         [[t] + [f"{v:.3f}" for v in per.values()] for t, per in judge["aurocs"].items()],
     )
-    _write(folder, "judge_selection.md", f"Chosen: {judge['template']} (mean validation AUROC {judge['mean_auroc']:.3f})\n\n{jt}")
+    _write(
+        folder,
+        "judge_selection.md",
+        f"Chosen: {judge['template']} (mean validation AUROC {judge['mean_auroc']:.3f})\n\n{jt}",
+    )
 
 
 if __name__ == "__main__":
