@@ -81,10 +81,12 @@ def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    """Lookback ratio of Lookback Lens from prompt mass, per answer token.
+    """Lookback ratio of Lookback Lens from prompt mass, per answer token of one example.
 
-    The mean weight per prompt key is ``m / P``; the mean weight per visible response key of answer
-    token ``a`` (0-based) is ``(1 - m) / (a + 1)``; the ratio is the first over their sum.
+    A thin adapter of :func:`flashstats_kernels.features.lookback_ratio` to one unpadded example:
+    the mean weight per prompt key is ``m / P``, the mean weight per visible response key of answer
+    token ``a`` (0-based, its own position included) is ``(1 - m) / (a + 1)``, and the ratio is the
+    first over their sum.
 
     Args:
         prompt_mass: ``[..., A] float32``. Share of attention each answer row puts on the prompt.
@@ -93,14 +95,15 @@ def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:
     Returns:
         ``[..., A] float32`` in ``[0, 1]``; higher means the row looks back at the context more.
     """
+    from flashstats_kernels.features import lookback_ratio as kernel_lookback_ratio
+
     if prompt_len < 1:
         raise ValueError(f"lookback_ratio needs prompt_len >= 1, got {prompt_len}")
-    a = torch.arange(1, prompt_mass.shape[-1] + 1, dtype=torch.float64, device=prompt_mass.device)
-    m = prompt_mass.double().clamp(0.0, 1.0)
-    per_prompt = m / prompt_len
-    per_resp = (1.0 - m) / a
-    denom = per_prompt + per_resp
-    return torch.where(denom > 0, per_prompt / denom.clamp_min(1e-300), 0.5).float()
+    shape = prompt_mass.shape
+    rows = shape[-1]
+    flat = prompt_mass.reshape(1, -1, rows).float()
+    out = kernel_lookback_ratio(flat, prompt_len=int(prompt_len), keys=int(prompt_len) + rows)
+    return out.reshape(shape)
 
 
 def _head_series(fs, b: int, length: int) -> torch.Tensor:
