@@ -85,6 +85,19 @@ def _random_subset(ds, n: int):
     return hd.Dataset(tuple(keep), ds.name)
 
 
+def _balanced(ds, n: int):
+    """``n`` examples, half of each label where possible, drawn uniformly (seed 42)."""
+    import halubench_data as hd
+
+    rng = np.random.default_rng(42)
+    keep = []
+    for label, want in ((1, (n + 1) // 2), (0, n // 2)):
+        pool = [e for e in ds if e.label == label]
+        idx = rng.choice(len(pool), size=min(want, len(pool)), replace=False)
+        keep.extend(pool[i] for i in sorted(idx.tolist()))
+    return hd.Dataset(tuple(keep), ds.name)
+
+
 def prepare(
     out: Path, root: Path | None = None, limit: int | None = None, subset: int | None = None, only=None
 ) -> dict[str, int]:
@@ -94,7 +107,7 @@ def prepare(
         out: Destination folder.
         root: The shared data folder (default ``../shared/data``).
         limit: Dry run: at most ``limit`` examples per split (claim sets: ``limit`` in all), the shortest.
-        subset: At most ``subset`` random examples per split (claim sets: the first ``subset`` of the sample).
+        subset: At most ``subset`` random examples per split (claim sets: ``subset`` in all, label-balanced).
         only: Dataset names to write (default all).
 
     Returns:
@@ -112,7 +125,7 @@ def prepare(
             continue
         ds = hd.Dataset(ds.examples, name)
         if subset is not None:
-            ds = _random_subset(ds, subset) if name not in CLAIMS else hd.Dataset(ds.examples[:subset], name)
+            ds = _random_subset(ds, subset) if name not in CLAIMS else _balanced(ds, subset)
         if limit is not None:
             if name in CLAIMS:
                 pos = [e for e in ds if e.label == 1][: (limit + 1) // 2]
