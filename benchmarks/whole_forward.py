@@ -101,17 +101,17 @@ def stats_bytes(stats) -> int:
 
 def graphed_plain(model, ids: torch.Tensor):
     """The plain decoder forward captured in a CUDA graph (the graphed baseline): (run, graph)."""
-    from flashstats_hf.graphs import PREPARED_MASKS
+    from flashstats_hf.graphs import unpacked_positions
 
     static = ids.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):
-        model.model(input_ids=static, attention_mask=PREPARED_MASKS, use_cache=False)
+    with torch.no_grad(), torch.cuda.stream(side), unpacked_positions():
+        model.model(input_ids=static, use_cache=False)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        model.model(input_ids=static, attention_mask=PREPARED_MASKS, use_cache=False)
+    with torch.no_grad(), torch.cuda.graph(graph), unpacked_positions():
+        model.model(input_ids=static, use_cache=False)
 
     def run():
         static.copy_(ids)
@@ -136,21 +136,29 @@ class _Rows:
 
 
 def _graph_modes(out: _Rows, model, ids, rows: int, reps: int, base_mem: int) -> float:
-    """Per-token and pooled modes: eager peak memory, then graphed time and host cost; pooled ms back."""
+    """Graphed modes: per-token and pooled (all families; eager peak memory too), and per-token
+    without columns (rows + lookups, the <=T2 tiers); the pooled ms back."""
     from flashstats_hf.graphs import GraphedRecorder
+    from flashstats_kernels import StatsRequest
 
     length = ids.shape[1]
     g_ms = 0.0
-    for pooled in (False, True):
-        rec = GraphedRecorder(model, pooled=pooled, max_graphs=1)
-        plan = rec._plan(length, rows)
-        mode = "pooled" if pooled else "per_token"
-        run_ms, run_mem = timed(lambda r=rec, p=plan: r._run(ids, p), 1)  # eager: in-layer memory
-        out.add(f"{mode}_eager_mem", run_ms, mem=run_mem - base_mem)
+    no_columns = StatsRequest(rows=True, lookups=True, columns=False, sink_positions=(0,))
+    for mode, pooled, request in (
+        ("per_token", False, None),
+        ("pooled", True, None),
+        ("t2", False, no_columns),
+    ):
+        rec = GraphedRecorder(model, pooled=pooled, request=request, max_graphs=1)
+        if mode != "t2":
+            plan = rec._plan(length, rows)
+            run_ms, run_mem = timed(lambda r=rec, p=plan: r._run(ids, p), 1)  # eager: in-layer memory
+            out.add(f"{mode}_eager_mem", run_ms, mem=run_mem - base_mem)
         call = lambda r=rec: r(ids, response_start=length - rows)  # noqa: E731
-        g_ms, _ = timed(call, reps)
+        ms, _ = timed(call, reps)
         host = host_ms(call, 5) if length <= 2048 else None
-        out.add(f"ours_graph_{mode}", g_ms, nbytes=stats_bytes(call()), host=host)
+        out.add(f"ours_graph_{mode}", ms, nbytes=stats_bytes(call()), host=host)
+        g_ms = ms if pooled else g_ms
         del rec, call
     return g_ms
 
@@ -239,18 +247,21 @@ def report(csv: LongCsv, out) -> None:
         ov_e = [100 * (f(name, n, "ours_eager") / f(name, n, "plain_eager") - 1) for n in lengths]
         ov_g = [100 * (f(name, n, "ours_graph_per_token") / f(name, n, "plain_graph") - 1) for n in lengths]
         ov_p = [100 * (f(name, n, "ours_graph_pooled") / f(name, n, "plain_graph") - 1) for n in lengths]
+        ov_2 = [100 * (f(name, n, "ours_graph_t2") / f(name, n, "plain_graph") - 1) for n in lengths]
         mem_t = [f(name, n, "per_token_eager_mem", "extra_peak_kib_per_tok") for n in lengths]
         mem_p = [f(name, n, "pooled_eager_mem", "extra_peak_kib_per_tok") for n in lengths]
         for i, n in enumerate(lengths):
             r = at[(name, n, "plain_eager")]
             table.append([name, n, r["R"], r["ms"], f"{ov_e[i]:.1f}", g(name, n, "plain_graph", "ms"),
-                          f"{ov_g[i]:.1f}", f"{ov_p[i]:.1f}", at[(name, n, "ours_eager")]["host_ms"],
+                          f"{ov_g[i]:.1f}", f"{ov_p[i]:.1f}", f"{ov_2[i]:.1f}",
+                          at[(name, n, "ours_eager")]["host_ms"],
                           g(name, n, "ours_graph_per_token", "host_ms"),
                           at[(name, n, "ours_eager")]["stats_kib_per_tok"], f"{mem_t[i]:.1f}",
                           f"{mem_p[i]:.1f}",
                           g(name, n, "ours_graph_pooled", "stats_kib_per_tok")])  # fmt: skip
         ax1.plot(lengths, ov_e, marker="o", ls="--", label=f"{name} eager")
         ax1.plot(lengths, ov_g, marker="o", label=f"{name} CUDA graph")
+        ax1.plot(lengths, ov_2, marker="x", ls=":", label=f"{name} CUDA graph, no columns")
         ax2.plot(lengths, mem_t, marker="o", label=f"{name} per-token")
         ax2.plot(lengths, mem_p, marker="o", ls="--", label=f"{name} pooled")
     for ax, lab in ((ax1, "time overhead (%)"), (ax2, "extra peak memory (KiB / response token)")):
@@ -262,7 +273,8 @@ def report(csv: LongCsv, out) -> None:
     fig.tight_layout()
     fig.savefig(out / "whole_forward.png", dpi=120)
     head = ["model", "L", "R", "plain eager ms", "ours eager +%", "plain graph ms", "ours graph +%",
-            "pooled graph +%", "host ms eager", "host ms graph", "stats KiB/tok", "extra peak KiB/tok",
+            "pooled graph +%", "no-columns graph +%", "host ms eager", "host ms graph", "stats KiB/tok",
+            "extra peak KiB/tok",
             "pooled extra peak KiB/tok", "pooled stats KiB/tok"]  # fmt: skip
     dense = [
         [r["mode"], r["L"], r["R"], r["ms"], r["extra_peak_kib_per_tok"]]

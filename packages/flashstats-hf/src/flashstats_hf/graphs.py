@@ -8,34 +8,52 @@ and replays it: the Python of the model, of the attention interface and of the k
 does not run again, so the host cost no longer grows with the number of layers.
 
 Scope: batch 1 without padding (the unpadded fast path of :func:`flashstats_hf.record_forward`),
-CUDA decoders that take prepared masks as a ``{"full_attention": ..., "sliding_attention": ...}``
-mapping (Llama, Qwen2/3, Mistral, Gemma 2/3 in Transformers 5), no logit statistics or hidden states.
-Tuning and compilation happen in the warm-up runs before each capture.
+CUDA decoders whose masks Transformers builds with ``create_causal_mask`` (Llama, Qwen2/3, Mistral,
+Gemma 2/3 in Transformers 5), no logit statistics or hidden states. Tuning and compilation happen in
+the warm-up runs before each capture. Everything the captured kernels read (token ids, gather
+indices, sink positions) lives as long as its graph.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
+from transformers import masking_utils
 
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices, _stack_layers
 from flashstats_hf.types import ForwardStats
 
+
+@contextlib.contextmanager
+def unpacked_positions() -> Iterator[None]:
+    """Tells Transformers' mask builder, while a forward is captured, that the input is not a packed batch.
+
+    Without an attention mask, Transformers checks the position ids for packed sequences, which needs a
+    host read; while a CUDA graph is being captured it skips the read and assumes packing, then builds a
+    dense packed-sequence mask. The attention cannot score layers under such a mask, and the plain rows
+    fall to a slow masked SDPA path. Our captures are batch 1 with default position ids (``0 .. L - 1``),
+    never packed, so inside this context the check answers "not packed" without looking.
+    """
+    fn = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if fn is None:  # a Transformers version without the check: nothing to do
+        yield
+        return
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = fn
+
+
 POOL_NAMES = ("mean", "std", "min", "max")
-
-PREPARED_MASKS = {"full_attention": None, "sliding_attention": None}
-"""Masks handed to the decoder as already prepared (None: plain causal, the window from each layer).
-
-Transformers builds masks itself otherwise, and while a CUDA graph is being captured it cannot tell
-(without a host read) that the default position ids are not a packed batch: it then falls back to a
-dense mask, which the attention cannot score and which sends the plain rows to a slow SDPA path."""
 """Order of the last axis of pooled statistics."""
 
 
@@ -79,10 +97,55 @@ class _PoolingRecorder(Recorder):
         return LayerStats(rows=rows, lookups=lookups, columns=columns)
 
 
+def shape_plan(
+    layers: Sequence[int],
+    request: StatsRequest,
+    length: int,
+    rows: int,
+    device: torch.device,
+    *,
+    backend: str = "triton",
+) -> Plan:
+    """The recording plan of one unpadded batch-1 shape bucket ``(L, R)``.
+
+    ``request.sink_positions`` must already be a ``[1, S]`` int64 tensor on ``device``. The plan's
+    tensors (answer index ``arange(R)``, all-true answer mask) are what a captured graph reads.
+    """
+    return Plan(
+        layers=frozenset(layers), request=request, length=length, rows=rows, key_mask=None,
+        prompt_len=length - rows, row_index=torch.arange(rows, device=device)[None],
+        answer_mask=torch.ones(1, rows, dtype=torch.bool, device=device), backend=backend,
+    )  # fmt: skip
+
+
+def recorded_body(
+    body: torch.nn.Module, ids: torch.Tensor, plan: Plan, layers: Sequence[int], *, pooled: bool
+) -> tuple:
+    """The work a graph captures: one decoder forward with the planned layers scored, stacked.
+
+    Runs eagerly too (on any device), which is how the CPU tests check what a capture records.
+
+    Args:
+        body: the decoder (``model.model``).
+        ids: [1, L] int64 token ids.
+        plan: the recording plan of this shape (unpadded, ``key_mask=None``).
+        layers: scored layer indices, in output order.
+        pooled: reduce every statistic to :data:`POOL_NAMES` inside each layer.
+
+    Returns:
+        ``(rows, lookups, columns)`` stacked over the scored layers (None for families not requested).
+    """
+    recorder = (_PoolingRecorder if pooled else Recorder)(plan)
+    with torch.no_grad(), recorder, unpacked_positions():
+        body(input_ids=ids, use_cache=False)
+    return _stack_layers([recorder.results[i] for i in layers if i in recorder.results])
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
     ids: torch.Tensor  # [1, L] static input
+    plan: Plan  # the graph reads its tensors (gather indices, masks) on every replay: keep them alive
     out: tuple  # static outputs (rows, lookups, columns)
 
 
@@ -133,17 +196,10 @@ class GraphedRecorder:
         self._graphs: OrderedDict[tuple[int, int], _Captured] = OrderedDict()
 
     def _plan(self, length: int, rows: int) -> Plan:
-        return Plan(
-            layers=frozenset(self.layers), request=self.request, length=length, rows=rows, key_mask=None,
-            prompt_len=length - rows, row_index=torch.arange(rows, device=self.device)[None],
-            answer_mask=torch.ones(1, rows, dtype=torch.bool, device=self.device), backend="triton",
-        )  # fmt: skip
+        return shape_plan(self.layers, self.request, length, rows, self.device, backend="triton")
 
     def _run(self, ids: torch.Tensor, plan: Plan) -> tuple:
-        recorder = (_PoolingRecorder if self.pooled else Recorder)(plan)
-        with torch.no_grad(), recorder:
-            self.body(input_ids=ids, attention_mask=PREPARED_MASKS, use_cache=False)
-        return _stack_layers([recorder.results[i] for i in self.layers if i in recorder.results])
+        return recorded_body(self.body, ids, plan, self.layers, pooled=self.pooled)
 
     def _capture(self, length: int, rows: int) -> _Captured:
         ids = torch.zeros(1, length, dtype=torch.int64, device=self.device)
@@ -157,7 +213,7 @@ class GraphedRecorder:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = self._run(ids, plan)
-        return _Captured(graph=graph, ids=ids, out=out)
+        return _Captured(graph=graph, ids=ids, plan=plan, out=out)
 
     def __call__(self, input_ids: torch.Tensor, *, response_start: int) -> ForwardStats | PooledStats:
         """Replays (capturing on first use) the recorded forward of one unpadded example.
@@ -214,4 +270,4 @@ def _clone(stats):
     return type(stats)(*(getattr(stats, f.name).clone() for f in dataclasses.fields(stats)))
 
 
-__all__ = ["POOL_NAMES", "GraphedRecorder", "PooledStats"]
+__all__ = ["POOL_NAMES", "GraphedRecorder", "PooledStats", "unpacked_positions"]
