@@ -5,6 +5,10 @@ Three paths run on the same examples, one at a time (batch 1), after two warm-up
 - ``plain``: the decoder body alone (SDPA), no statistics: the floor.
 - ``ours``: :func:`flashstats_hf.record_forward` with every statistic family (T1 rows, T2 lookups with the
   BOS sink, T3 columns) on every layer, the logit statistics and the middle hidden layer.
+- ``ours_graph`` (CUDA only): :class:`flashstats_hf.graphs.GraphedRecorder` with shape buckets of 128
+  tokens / 64 answer tokens, the same attention statistics (every family, every layer) but no logit
+  statistics or hidden states; each example is run once untimed first (capturing its bucket's graph when
+  new), then timed as a replay.
 - ``dense``: eager attention with ``output_attentions=True`` (every layer's ``[H, L, L]`` weights
   materialised), then the same kinds of statistics from the response rows (maximum weight, entropy,
   prompt mass, log-diagonal, previous-token weight, BOS weight, column means) and the LM head on the
@@ -62,6 +66,11 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
 
     model, tok = load_model(folder, device=device, dtype=dtype)
     body = model.model
+    graphed = None
+    if str(device).startswith("cuda"):
+        from flashstats_hf.graphs import GraphedRecorder
+
+        graphed = GraphedRecorder(model, buckets=(128, 64), max_graphs=64)
     examples = sorted(test.examples, key=lambda e: e.id)[: n + 2]
     rows = []
     for i, ex in enumerate(examples):
@@ -90,13 +99,20 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
             finally:
                 model.set_attn_implementation("attnstats")
 
+        def ours_graph(x=x, start=start):
+            graphed(x, response_start=start)
+
         row = {"id": ex.id, "tokens": len(ids), "answer_tokens": len(ids) - start}
-        for name, fn in (("plain", plain), ("ours", ours), ("dense", dense)):
+        paths = [("plain", plain), ("ours", ours), ("dense", dense)]
+        if graphed is not None:
+            ours_graph()  # capture (new bucket) or warm replay, untimed
+            paths.insert(2, ("ours_graph", ours_graph))
+        for name, fn in paths:
             row[f"{name}_s"], row[f"{name}_bytes"] = _timed(fn, device)
         if i >= 2:  # the first two warm up (kernel compilation, allocator)
             rows.append(row)
     paths = {}
-    for name in ("plain", "ours", "dense"):
+    for name in [k[:-2] for k in rows[0] if k.endswith("_s")]:
         s = np.array([r[f"{name}_s"] for r in rows])
         mem = [r[f"{name}_bytes"] for r in rows]
         paths[name] = {
@@ -112,5 +128,6 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
         "tokens_max": int(toks.max()),
         "dtype": str(dtype),
         "paths": paths,
+        "graph_buckets": None if graphed is None else [list(k) for k in graphed._graphs],
         "per_example": rows,
     }

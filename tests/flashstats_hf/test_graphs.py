@@ -11,7 +11,7 @@ from flashstats_hf.graphs import POOL_NAMES, GraphedRecorder
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 
-def _tiny(device: str) -> torch.nn.Module:
+def _tiny(device: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
     cfg = Qwen3Config(
         vocab_size=101,
@@ -23,15 +23,15 @@ def _tiny(device: str) -> torch.nn.Module:
         head_dim=64,
         initializer_range=0.3,
     )
-    model = Qwen3ForCausalLM(cfg).to(
-        device=device, dtype=torch.bfloat16 if device == "cuda" else torch.float32
-    )
+    if dtype is None:
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype)
     model.eval()
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return model
 
 
-def _tiny_llama() -> torch.nn.Module:
+def _tiny_llama(dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -39,7 +39,7 @@ def _tiny_llama() -> torch.nn.Module:
         vocab_size=101, hidden_size=192, intermediate_size=96, num_attention_heads=3,
         num_key_value_heads=1, num_hidden_layers=2, initializer_range=0.3,
     )  # fmt: skip
-    model = LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    model = LlamaForCausalLM(cfg).to(device="cuda", dtype=dtype).eval()
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return model
 
@@ -148,3 +148,101 @@ def test_capture_without_the_packing_patch_would_leave_layers_unscored(monkeypat
     with pytest.warns(UserWarning, match="runs unscored"), torch.no_grad(), Recorder(plan) as rec:
         model.model(input_ids=ids, use_cache=False)
     assert rec.results == {}
+
+
+def _bucket_run(model, ids, start, lb, rb, pooled):
+    from flashstats_hf.graphs import BucketInputs, bucket_plan, recorded_body
+    from flashstats_hf.record import DEFAULT_REQUEST
+
+    length = ids.shape[1]
+    padded = torch.zeros(1, lb, dtype=torch.int64)
+    padded[:, lb - length :] = ids
+    inputs = BucketInputs(ids=padded, length=torch.tensor([length]), rows=torch.tensor([length - start]))
+    request = dataclasses.replace(
+        DEFAULT_REQUEST, sink_positions=torch.tensor([list(DEFAULT_REQUEST.sink_positions)])
+    )
+    plan, position_ids = bucket_plan((0, 1, 2), request, inputs, rb, backend="torch")
+    return recorded_body(model.model, padded, plan, (0, 1, 2), pooled=pooled, position_ids=position_ids)
+
+
+@pytest.mark.parametrize(
+    ("length", "start", "lb", "rb"), [(40, 27, 64, 16), (33, 5, 48, 32), (20, 19, 24, 8)]
+)
+def test_bucketed_body_matches_the_unpadded_example(monkeypatch, length, start, lb, rb):
+    """One graph per bucket: left padding and spare answer slots change nothing on the real tokens."""
+    model = _tiny("cpu")
+    ids = torch.randint(0, 101, (1, length), generator=torch.Generator().manual_seed(length))
+    ref = record_forward(model, ids, response_start=start, logits=False, backend="torch")
+    _capturing(monkeypatch)
+    rows, lookups, columns = _bucket_run(model, ids, start, lb, rb, pooled=False)
+    r = length - start
+    got = {
+        "rows": {k: v[..., :r] for k, v in _fields(rows).items()},
+        "lookups": {
+            "diag_log": lookups.diag_log[..., :r],
+            "prev_weight": lookups.prev_weight[..., :r],
+            "sink_weights": lookups.sink_weights[..., :r, :],
+        },
+        "columns": {k: v[..., lb - length :] for k, v in _fields(columns).items()},
+    }
+    for fam in ("rows", "lookups", "columns"):
+        for name, want in _fields(getattr(ref, fam)).items():
+            torch.testing.assert_close(got[fam][name], want, atol=1e-5, rtol=1e-5, msg=f"{fam}.{name}")
+    assert torch.all(rows.entropy[..., r:] == 0)  # spare answer slots are zero, as for padded batches
+
+
+def test_bucketed_pooling_leaves_out_spare_slots_and_padding(monkeypatch):
+    model = _tiny("cpu")
+    ids = torch.randint(0, 101, (1, 30), generator=torch.Generator().manual_seed(8))
+    ref = record_forward(model, ids, response_start=21, logits=False, backend="torch")
+    _capturing(monkeypatch)
+    rows, lookups, columns = _bucket_run(model, ids, 21, 48, 16, pooled=True)
+
+    def pool(x):  # x [..., N] over the last axis
+        x = x.double()
+        return torch.stack([x.mean(-1), x.std(-1, correction=0), x.amin(-1), x.amax(-1)], -1)
+
+    torch.testing.assert_close(rows.max_weight.double(), pool(ref.rows.max_weight), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lookups.diag_log.double(), pool(ref.lookups.diag_log), atol=1e-4, rtol=1e-5)
+    sinks = ref.lookups.sink_weights.transpose(-1, -2)  # [1, NL, Hq, S, A]
+    torch.testing.assert_close(lookups.sink_weights.double(), pool(sinks), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(columns.mean.double(), pool(ref.columns.mean), atol=1e-5, rtol=1e-5)
+
+
+def test_bucket_shapes_and_bad_buckets():
+    from flashstats_hf.graphs import bucket_shape
+
+    assert bucket_shape(1000, 300, None) == (1000, 300)
+    assert bucket_shape(1000, 300, (256, 64)) == (1024, 320)
+    assert bucket_shape(1024, 320, (256, 64)) == (1024, 320)
+    assert bucket_shape(100, 99, (64, 64)) == (192, 128)  # R_b = 128 needs L_b > 128
+    model = _tiny("cpu")
+    for bad in ((256,), (0, 64), (256.0, 64), [256, 64]):
+        with pytest.raises(ValueError, match="buckets"):
+            GraphedRecorder(model, buckets=bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_one_bucketed_graph_serves_examples_of_different_lengths(arch):
+    # fp32: the prompt rows of a bucket run masked SDPA, whose rounding differs from the unpadded
+    # forward's; in bf16 that difference would reach the later layers' statistics
+    model = _tiny("cuda", torch.float32) if arch == "qwen3" else _tiny_llama(torch.float32)
+    rec = GraphedRecorder(model, buckets=(64, 32))
+    pooled = GraphedRecorder(model, buckets=(64, 32), pooled=True)
+    for length, start in ((150, 120), (131, 100), (192, 163), (140, 139)):  # all in bucket (192, 32)
+        ids = torch.randint(0, 101, (1, length), generator=torch.Generator().manual_seed(length)).cuda()
+        junk = _poison_free_memory()
+        got = rec(ids, response_start=start)
+        pool = pooled(ids, response_start=start)
+        del junk
+        ref = record_forward(model, ids, response_start=start, logits=False, backend="triton")
+        for fam in ("rows", "lookups", "columns"):
+            for name, want in _fields(getattr(ref, fam)).items():
+                have = _fields(getattr(got, fam))[name]
+                assert have.shape == want.shape, (fam, name)
+                torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4, msg=f"{fam}.{name} L={length}")
+        ent = ref.rows.entropy.double()
+        torch.testing.assert_close(pool.rows.entropy[..., 0].double(), ent.mean(-1), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(pool.rows.entropy[..., 3].double(), ent.amax(-1), atol=1e-4, rtol=1e-4)
+    assert list(rec._graphs) == [(192, 32)]

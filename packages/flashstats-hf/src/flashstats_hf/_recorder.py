@@ -56,6 +56,9 @@ class Plan:
     """``[B, A] bool``: True where answer token ``a`` exists."""
     backend: str = "auto"
     """Kernel backend (``"auto"``: Triton on CUDA, PyTorch on CPU)."""
+    aligned: bool = False
+    """True when answer slot ``a`` is response row ``a`` and every slot is real (one unpadded example):
+    the row statistics are then used as the kernels return them, without a gather per field."""
 
 
 @dataclass
@@ -163,6 +166,8 @@ class Recorder:
         keep = self.plan.answer_mask[:, None, :]  # [B, 1, A]
 
         def take(x: torch.Tensor) -> torch.Tensor:
+            if self.plan.aligned:
+                return x.float()
             if x.ndim == 4:  # sink weights [B, Hq, R, S]
                 got = x.gather(2, index[..., None].expand(-1, -1, -1, x.shape[-1]))
                 return torch.where(keep[..., None], got, 0.0).float()

@@ -1,13 +1,20 @@
 """CUDA-graph-captured recorded forwards: a fixed host cost per forward and no host reads inside it.
 
-:class:`GraphedRecorder` captures, once per input shape (a *shape bucket*: sequence length ``L`` and
-response rows ``R``), the decoder forward with the ``"attnstats"`` attention scoring every chosen
-layer, plus the stacking of the statistics (and, in pooled mode, their reduction on the GPU inside
-each layer). A later call with the same shape copies the token ids into the graph's static input
+:class:`GraphedRecorder` captures, once per *shape bucket*, the decoder forward with the
+``"attnstats"`` attention scoring every chosen layer, plus the stacking of the statistics (and, in
+pooled mode, their reduction on the GPU inside each layer). A later call in the same bucket copies the
+token ids (and, with buckets, the example's length and answer length) into the graph's static inputs
 and replays it: the Python of the model, of the attention interface and of the kernels' launchers
 does not run again, so the host cost no longer grows with the number of layers.
 
-Scope: batch 1 without padding (the unpadded fast path of :func:`flashstats_hf.record_forward`),
+Buckets: without ``buckets`` each exact ``(L, R)`` is its own graph (the unpadded fast path of
+:func:`flashstats_hf.record_forward`). With ``buckets=(length_step, rows_step)`` an example is
+left-padded to ``L_b`` (a multiple of ``length_step``) with ``R_b`` response rows (a multiple of
+``rows_step``); masks, position ids, the first answer row, sink positions and the answer gather
+indices are computed inside the graph from the two lengths, so one graph serves every example of
+the bucket (the price: the prompt rows run masked SDPA). Results are the same as unpadded.
+
+Scope: batch 1,
 CUDA decoders whose masks Transformers builds with ``create_causal_mask`` (Llama, Qwen2/3, Mistral,
 Gemma 2/3 in Transformers 5), no logit statistics or hidden states. Tuning and compilation happen in
 the warm-up runs before each capture. Everything the captured kernels read (token ids, gather
@@ -74,26 +81,47 @@ class PooledStats:
     """``sum``/``mean`` over the keys ``[1, NL, Hq, 4]``."""
 
 
-def _pool(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """mean, std (population), min, max of ``x`` along ``dim``, stacked on a new last axis."""
-    mean = x.mean(dim)
-    std = (x - mean.unsqueeze(dim)).square().mean(dim).sqrt()
-    return torch.stack([mean, std, x.amin(dim), x.amax(dim)], dim=-1)
+def _pool(x: torch.Tensor, dim: int, keep: torch.Tensor | None) -> torch.Tensor:
+    """mean, std (population), min, max of ``x`` along ``dim`` over the kept entries, on a new last axis.
+
+    ``keep`` broadcasts against ``x`` (size 1 on the other axes) or is None (every entry counts).
+    """
+    if keep is None:
+        mean = x.mean(dim)
+        std = (x - mean.unsqueeze(dim)).square().mean(dim).sqrt()
+        return torch.stack([mean, std, x.amin(dim), x.amax(dim)], dim=-1)
+    n = keep.sum(dim).clamp(min=1)
+    mean = torch.where(keep, x, 0.0).sum(dim) / n
+    std = (torch.where(keep, x - mean.unsqueeze(dim), 0.0).square().sum(dim) / n).sqrt()
+    low = torch.where(keep, x, float("inf")).amin(dim)
+    high = torch.where(keep, x, float("-inf")).amax(dim)
+    return torch.stack([mean, std, low, high], dim=-1)
 
 
 class _PoolingRecorder(Recorder):
-    """A recorder that reduces each layer's statistics as soon as the layer has computed them."""
+    """A recorder that reduces each layer's statistics as soon as the layer has computed them.
+
+    The fields of a family are stacked and reduced together (a few kernels per layer, not a few per
+    field); answer slots past the answer and padding keys are left out of the reduction.
+    """
 
     def _answer_aligned(self, result) -> LayerStats:
         per = super()._answer_aligned(result)
+        plan = self.plan
+        keep_a = None if plan.aligned else plan.answer_mask[:, None, :, None]  # [B, 1, A, 1]
+        keep_k = None if plan.key_mask is None else plan.key_mask[:, None, :, None]  # [B, 1, L, 1]
         rows = lookups = columns = None
         if per.rows is not None:
-            rows = RowStats(*(_pool(getattr(per.rows, f.name), 2) for f in dataclasses.fields(RowStats)))
+            fields = [getattr(per.rows, f.name) for f in dataclasses.fields(RowStats)]
+            rows = RowStats(*_pool(torch.stack(fields, -1), 2, keep_a).unbind(2))  # each [B, Hq, 4]
         if per.lookups is not None:
             lk = per.lookups
-            lookups = LookupStats(_pool(lk.diag_log, 2), _pool(lk.prev_weight, 2), _pool(lk.sink_weights, 2))
+            both = torch.cat([lk.diag_log[..., None], lk.prev_weight[..., None], lk.sink_weights], -1)
+            pooled = _pool(both, 2, keep_a)  # [B, Hq, 2 + S, 4]
+            lookups = LookupStats(pooled[:, :, 0], pooled[:, :, 1], pooled[:, :, 2:])
         if per.columns is not None:
-            columns = ColumnStats(_pool(per.columns.sum, 2), _pool(per.columns.mean, 2))
+            pooled = _pool(torch.stack([per.columns.sum, per.columns.mean], -1), 2, keep_k)
+            columns = ColumnStats(pooled[:, :, 0], pooled[:, :, 1])
         return LayerStats(rows=rows, lookups=lookups, columns=columns)
 
 
@@ -106,20 +134,67 @@ def shape_plan(
     *,
     backend: str = "triton",
 ) -> Plan:
-    """The recording plan of one unpadded batch-1 shape bucket ``(L, R)``.
+    """The recording plan of one exact unpadded batch-1 shape ``(L, R)``.
 
-    ``request.sink_positions`` must already be a ``[1, S]`` int64 tensor on ``device``. The plan's
-    tensors (answer index ``arange(R)``, all-true answer mask) are what a captured graph reads.
+    ``request.sink_positions`` must already be a ``[1, S]`` int64 tensor on ``device``.
     """
     return Plan(
         layers=frozenset(layers), request=request, length=length, rows=rows, key_mask=None,
         prompt_len=length - rows, row_index=torch.arange(rows, device=device)[None],
-        answer_mask=torch.ones(1, rows, dtype=torch.bool, device=device), backend=backend,
+        answer_mask=torch.ones(1, rows, dtype=torch.bool, device=device), backend=backend, aligned=True,
     )  # fmt: skip
 
 
+@dataclass
+class BucketInputs:
+    """The static inputs of a bucketed graph: what a call copies in before the replay."""
+
+    ids: torch.Tensor
+    """``[1, L_b] int64``: the example's tokens right-aligned, padding (token 0) before them."""
+    length: torch.Tensor
+    """``[1] int64``: the example's length ``L``."""
+    rows: torch.Tensor
+    """``[1] int64``: its answer length ``R``."""
+
+
+def bucket_plan(
+    layers: Sequence[int], request: StatsRequest, inputs: BucketInputs, rows: int, *, backend: str = "triton"
+) -> tuple[Plan, torch.Tensor]:
+    """The plan of one bucket ``(L_b, R_b)``, computed on the device from the example's two lengths.
+
+    Args:
+        layers: scored layer indices.
+        request: statistic families; ``sink_positions`` a ``[1, S]`` int64 tensor counted from the
+            example's first token.
+        inputs: the bucket's static inputs (``L_b`` is ``inputs.ids.shape[1]``).
+        rows: ``R_b``, the bucket's response rows (``R <= R_b < L_b``).
+        backend: kernel backend.
+
+    Returns:
+        ``(plan, position_ids [1, L_b] int64)``; no host reads, so it can be captured.
+    """
+    lb, dev = inputs.ids.shape[1], inputs.ids.device
+    pad = lb - inputs.length  # [1]
+    pos = torch.arange(lb, device=dev)[None]
+    slot = torch.arange(rows, device=dev)[None]
+    plan = Plan(
+        layers=frozenset(layers), length=lb, rows=rows, backend=backend,
+        request=dataclasses.replace(request, sink_positions=request.sink_positions + pad[:, None]),
+        key_mask=pos >= pad[:, None], prompt_len=lb - inputs.rows,
+        row_index=(slot + (rows - inputs.rows)[:, None]).clamp(max=rows - 1),
+        answer_mask=slot < inputs.rows[:, None],
+    )  # fmt: skip
+    return plan, (pos - pad[:, None]).clamp(min=0)
+
+
 def recorded_body(
-    body: torch.nn.Module, ids: torch.Tensor, plan: Plan, layers: Sequence[int], *, pooled: bool
+    body: torch.nn.Module,
+    ids: torch.Tensor,
+    plan: Plan,
+    layers: Sequence[int],
+    *,
+    pooled: bool,
+    position_ids: torch.Tensor | None = None,
 ) -> tuple:
     """The work a graph captures: one decoder forward with the planned layers scored, stacked.
 
@@ -128,42 +203,63 @@ def recorded_body(
     Args:
         body: the decoder (``model.model``).
         ids: [1, L] int64 token ids.
-        plan: the recording plan of this shape (unpadded, ``key_mask=None``).
+        plan: the recording plan of this shape (:func:`shape_plan` or :func:`bucket_plan`).
         layers: scored layer indices, in output order.
         pooled: reduce every statistic to :data:`POOL_NAMES` inside each layer.
+        position_ids: [1, L] int64 (bucketed plans), or None for ``0 .. L - 1``.
 
     Returns:
         ``(rows, lookups, columns)`` stacked over the scored layers (None for families not requested).
     """
     recorder = (_PoolingRecorder if pooled else Recorder)(plan)
     with torch.no_grad(), recorder, unpacked_positions():
-        body(input_ids=ids, use_cache=False)
+        body(input_ids=ids, attention_mask=plan.key_mask, position_ids=position_ids, use_cache=False)
     return _stack_layers([recorder.results[i] for i in layers if i in recorder.results])
 
 
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    ids: torch.Tensor  # [1, L] static input
+    inputs: BucketInputs  # static inputs (length/rows unused without buckets)
     plan: Plan  # the graph reads its tensors (gather indices, masks) on every replay: keep them alive
     out: tuple  # static outputs (rows, lookups, columns)
 
 
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def bucket_shape(length: int, rows: int, buckets: tuple[int, int] | None) -> tuple[int, int]:
+    """The bucket ``(L_b, R_b)`` of an example with ``length`` tokens, the last ``rows`` the answer.
+
+    ``R_b`` is ``rows`` rounded up to a multiple of ``buckets[1]``, ``L_b`` the larger of ``length`` and
+    ``R_b + 1`` rounded up to a multiple of ``buckets[0]``; without buckets, the exact shape.
+    """
+    if buckets is None:
+        return length, rows
+    step_l, step_r = buckets
+    rb = _round_up(rows, step_r)
+    return _round_up(max(length, rb + 1), step_l), rb
+
+
 class GraphedRecorder:
-    """Recorded forwards replayed from CUDA graphs, one graph per ``(L, R)`` shape bucket.
+    """Recorded forwards replayed from CUDA graphs, one graph per shape bucket.
 
     Args:
         model: a Transformers causal LM on a CUDA device, in eval mode, with
             ``attn_implementation="attnstats"``.
-        request: statistic families (default: :data:`flashstats_hf.DEFAULT_REQUEST`); tuple sink
-            positions count from the first token.
+        request: statistic families (default: :data:`flashstats_hf.DEFAULT_REQUEST`); sink
+            positions count from the example's first token.
         layers: decoder layers to score (None: all).
         pooled: reduce every statistic on the GPU inside each layer (:class:`PooledStats`) instead of
             returning per-token statistics (:class:`flashstats_hf.ForwardStats`).
-        max_graphs: captured shapes kept (least recently used ones are dropped with their memory).
+        max_graphs: captured buckets kept (least recently used ones are dropped with their memory).
+        buckets: ``(length_step, rows_step)`` to share one graph between examples whose lengths round
+            up to the same multiples, or None for one graph per exact ``(L, R)``.
 
     Raises:
-        ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``.
+        ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``,
+            or on bad ``max_graphs`` / ``buckets``.
     """
 
     def __init__(
@@ -174,7 +270,16 @@ class GraphedRecorder:
         layers: int | Sequence[int] | None = None,
         pooled: bool = False,
         max_graphs: int = 4,
+        buckets: tuple[int, int] | None = None,
     ) -> None:
+        if buckets is not None and not (
+            isinstance(buckets, tuple)
+            and len(buckets) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in buckets)
+        ):
+            raise ValueError(
+                f"buckets must be None or (length_step, rows_step) positive ints, got {buckets!r}"
+            )
         register_flashstats()
         device = next(model.parameters()).device
         if device.type != "cuda":
@@ -184,6 +289,7 @@ class GraphedRecorder:
         if not isinstance(max_graphs, int) or max_graphs < 1:
             raise ValueError(f"max_graphs must be a positive int, got {max_graphs!r}")
         self.model, self.device, self.pooled, self.max_graphs = model, device, pooled, max_graphs
+        self.buckets = buckets
         self.body, decoder_layers = _decoder(model)
         self.layers = _layer_indices(layers, len(decoder_layers), "layers")
         request = DEFAULT_REQUEST if request is None else request
@@ -195,37 +301,52 @@ class GraphedRecorder:
         self.request = dataclasses.replace(request, sink_positions=sinks.to(device).reshape(1, -1))
         self._graphs: OrderedDict[tuple[int, int], _Captured] = OrderedDict()
 
+    def bucket(self, length: int, rows: int) -> tuple[int, int]:
+        """The ``(L_b, R_b)`` graph that serves an example of ``length`` tokens and ``rows`` answer tokens."""
+        return bucket_shape(length, rows, self.buckets)
+
     def _plan(self, length: int, rows: int) -> Plan:
         return shape_plan(self.layers, self.request, length, rows, self.device, backend="triton")
 
-    def _run(self, ids: torch.Tensor, plan: Plan) -> tuple:
-        return recorded_body(self.body, ids, plan, self.layers, pooled=self.pooled)
+    def _run(self, inputs: BucketInputs, rows: int) -> tuple[Plan, tuple]:
+        if self.buckets is None:
+            plan, position_ids = self._plan(inputs.ids.shape[1], rows), None
+        else:
+            plan, position_ids = bucket_plan(self.layers, self.request, inputs, rows)
+        out = recorded_body(
+            self.body, inputs.ids, plan, self.layers, pooled=self.pooled, position_ids=position_ids
+        )
+        return plan, out
 
     def _capture(self, length: int, rows: int) -> _Captured:
-        ids = torch.zeros(1, length, dtype=torch.int64, device=self.device)
-        plan = self._plan(length, rows)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
+        dev = self.device
+        inputs = BucketInputs(
+            ids=torch.zeros(1, length, dtype=torch.int64, device=dev),
+            length=torch.full((1,), length, dtype=torch.int64, device=dev),
+            rows=torch.full((1,), rows, dtype=torch.int64, device=dev),
+        )
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):  # warm-up: autotuning, compilation, lazy initialisation
             for _ in range(2):
-                self._run(ids, plan)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+                self._run(inputs, rows)
+        torch.cuda.current_stream(dev).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = self._run(ids, plan)
-        return _Captured(graph=graph, ids=ids, plan=plan, out=out)
+            plan, out = self._run(inputs, rows)
+        return _Captured(graph=graph, inputs=inputs, plan=plan, out=out)
 
     def __call__(self, input_ids: torch.Tensor, *, response_start: int) -> ForwardStats | PooledStats:
-        """Replays (capturing on first use) the recorded forward of one unpadded example.
+        """Replays (capturing on first use) the recorded forward of one example.
 
         Args:
-            input_ids: [1, L] int64 token ids ending with the answer.
+            input_ids: [1, L] int64 token ids ending with the answer (no padding).
             response_start: index of the first answer token, in ``[1, L - 1]``.
 
         Returns:
             :class:`flashstats_hf.ForwardStats` (per-token statistics, shapes as from
-            :func:`flashstats_hf.record_forward` with ``logits=False``) or :class:`PooledStats`. The
-            tensors are copies: later calls do not overwrite them.
+            :func:`flashstats_hf.record_forward` with ``logits=False`` on this example alone) or
+            :class:`PooledStats`. The tensors are copies: later calls do not overwrite them.
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"input_ids must be a [1, L] integer tensor, got {input_ids!r:.80}")
@@ -236,38 +357,71 @@ class GraphedRecorder:
             raise ValueError(
                 f"response_start must lie in [1, L - 1] = [1, {length - 1}], got {response_start}"
             )
-        key = (length, length - response_start)
+        rows = length - response_start
+        key = self.bucket(length, rows)
         if key not in self._graphs:
             while len(self._graphs) >= self.max_graphs:
                 self._graphs.popitem(last=False)
             self._graphs[key] = self._capture(*key)
         self._graphs.move_to_end(key)
         cap = self._graphs[key]
-        cap.ids.copy_(input_ids, non_blocking=True)
+        if self.buckets is None:
+            cap.inputs.ids.copy_(input_ids, non_blocking=True)
+        else:
+            cap.inputs.ids[:, : key[0] - length].zero_()
+            cap.inputs.ids[:, key[0] - length :].copy_(input_ids, non_blocking=True)
+            cap.inputs.length.fill_(length)
+            cap.inputs.rows.fill_(rows)
         cap.graph.replay()
-        rows, lookups, columns = (None if x is None else _clone(x) for x in cap.out)
         if self.pooled:
-            return PooledStats(layers=self.layers, rows=rows, lookups=lookups, columns=columns)
-        return self._forward_stats(length, key[1], rows, lookups, columns)
+            rows_, lookups, columns = (None if x is None else _clone(x) for x in cap.out)
+            return PooledStats(layers=self.layers, rows=rows_, lookups=lookups, columns=columns)
+        return self._forward_stats(length, rows, key[0], *cap.out)
 
-    def _forward_stats(self, length: int, rows: int, *stats) -> ForwardStats:
+    def _forward_stats(self, length: int, rows: int, padded: int, *stats) -> ForwardStats:
+        """Per-token statistics of the example (answer slots past ``rows`` and padding keys cut off)."""
         dev = self.device
         start = torch.full((1,), length - rows, device=dev)
+        row_stats, lookups, columns = stats
+        if row_stats is not None:
+            row_stats = RowStats(*(x[..., :rows].clone() for x in _values(row_stats)))
+        if lookups is not None:
+            lookups = LookupStats(
+                lookups.diag_log[..., :rows].clone(),
+                lookups.prev_weight[..., :rows].clone(),
+                lookups.sink_weights[..., :rows, :].clone(),
+            )
+        if columns is not None:
+            columns = ColumnStats(*(x[..., padded - length :].clone() for x in _values(columns)))
         return ForwardStats(
             layers=self.layers,
             answer_mask=torch.ones(1, rows, dtype=torch.bool, device=dev),
             answer_len=torch.full((1,), rows, device=dev),
             prompt_len=start.clone(),
             key_mask=torch.ones(1, length, dtype=torch.bool, device=dev),
-            rows=stats[0],
-            lookups=stats[1],
-            columns=stats[2],
+            rows=row_stats,
+            lookups=lookups,
+            columns=columns,
             response_start=start,
         )
+
+
+def _values(stats) -> list[torch.Tensor]:
+    return [getattr(stats, f.name) for f in dataclasses.fields(stats)]
 
 
 def _clone(stats):
     return type(stats)(*(getattr(stats, f.name).clone() for f in dataclasses.fields(stats)))
 
 
-__all__ = ["POOL_NAMES", "GraphedRecorder", "PooledStats", "unpacked_positions"]
+__all__ = [
+    "POOL_NAMES",
+    "BucketInputs",
+    "GraphedRecorder",
+    "PooledStats",
+    "bucket_plan",
+    "bucket_shape",
+    "recorded_body",
+    "shape_plan",
+    "unpacked_positions",
+]

@@ -315,6 +315,7 @@ def record_forward(
         row_index=batch.row_index,
         answer_mask=batch.answer_mask,
         backend=backend,
+        aligned=single,
     )
     position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
     recorder = Recorder(plan)
