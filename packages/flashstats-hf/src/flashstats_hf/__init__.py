@@ -7,6 +7,7 @@ from flashstats_hf.attention import (
     register_flashstats,
 )
 from flashstats_hf.formatting import Batch, collate, format_example
+from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
@@ -23,6 +24,8 @@ __all__ = [
     "LOGIT_STAT_NAMES",
     "Batch",
     "ForwardStats",
+    "GraphedRecorder",
+    "PooledStats",
     "collate",
     "flashstats_attention_forward",
     "flashstats_mask",
