@@ -138,7 +138,7 @@ class _Rows:
 def _graph_modes(out: _Rows, model, ids, rows: int, reps: int, base_mem: int) -> float:
     """Graphed modes: per-token and pooled (all families; eager peak memory too), and per-token
     without columns (rows + lookups, the <=T2 tiers); the pooled ms back."""
-    from flashstats_hf.graphs import GraphedRecorder, recorded_body, shape_plan
+    from flashstats_hf.graphs import GraphedRecorder, recorded_forward, shape_plan
     from flashstats_kernels import StatsRequest
 
     length = ids.shape[1]
@@ -152,7 +152,7 @@ def _graph_modes(out: _Rows, model, ids, rows: int, reps: int, base_mem: int) ->
         rec = GraphedRecorder(model, pooled=pooled, request=request, max_graphs=1)
         if mode != "t2":  # the captured work run eagerly: in-layer memory
             plan = shape_plan(rec.layers, rec.request, length, rows, ids.device)
-            eager = lambda p=plan, pl=pooled, ly=rec.layers: recorded_body(model.model, ids, p, ly, pooled=pl)  # noqa: E731
+            eager = lambda p=plan, pl=pooled, ly=rec.layers: recorded_forward(model, ids, p, ly, pooled=pl)  # noqa: E731
             run_ms, run_mem = timed(eager, 1)
             out.add(f"{mode}_eager_mem", run_ms, mem=run_mem - base_mem)
         call = lambda r=rec: r(ids, response_start=length - rows)  # noqa: E731

@@ -5,10 +5,10 @@ Three paths run on the same examples, one at a time (batch 1), after two warm-up
 - ``plain``: the decoder body alone (SDPA), no statistics: the floor.
 - ``ours``: :func:`flashstats_hf.record_forward` with every statistic family (T1 rows, T2 lookups with the
   BOS sink, T3 columns) on every layer, the logit statistics and the middle hidden layer.
-- ``ours_graph`` (CUDA only): :class:`flashstats_hf.graphs.GraphedRecorder` with shape buckets of 128
-  tokens / 64 answer tokens, the same attention statistics (every family, every layer) but no logit
-  statistics or hidden states; each example is run once untimed first (capturing its bucket's graph when
-  new), then timed as a replay.
+- ``ours_graph`` (CUDA only): :class:`flashstats_hf.GraphedRecorder` with shape buckets of 128 tokens /
+  64 answer tokens and the same outputs as ``ours`` (every attention family of every layer, the logit
+  statistics, the middle hidden layer); each example is run once untimed first (capturing its bucket's
+  graph when new), then timed as a replay.
 - ``dense``: eager attention with ``output_attentions=True`` (every layer's ``[H, L, L]`` weights
   materialised), then the same kinds of statistics from the response rows (maximum weight, entropy,
   prompt mass, log-diagonal, previous-token weight, BOS weight, column means) and the LM head on the
@@ -70,7 +70,8 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
     if str(device).startswith("cuda"):
         from flashstats_hf.graphs import GraphedRecorder
 
-        graphed = GraphedRecorder(model, buckets=(128, 64), max_graphs=64)
+        mid = int(model.config.num_hidden_layers) // 2
+        graphed = GraphedRecorder(model, buckets=(128, 64), max_graphs=64, logits=True, hidden_layers=(mid,))
     examples = sorted(test.examples, key=lambda e: e.id)[: n + 2]
     rows = []
     for i, ex in enumerate(examples):

@@ -110,7 +110,7 @@ def _capturing(monkeypatch):
 @pytest.mark.parametrize("pooled", [False, True])
 def test_captured_body_scores_every_layer_as_record_forward(monkeypatch, pooled):
     """What a capture records (run eagerly on the CPU, with Transformers believing it is capturing)."""
-    from flashstats_hf.graphs import recorded_body, shape_plan
+    from flashstats_hf.graphs import recorded_forward, shape_plan
     from flashstats_hf.record import DEFAULT_REQUEST
 
     model = _tiny("cpu")
@@ -121,7 +121,7 @@ def test_captured_body_scores_every_layer_as_record_forward(monkeypatch, pooled)
         DEFAULT_REQUEST, sink_positions=torch.tensor([list(DEFAULT_REQUEST.sink_positions)])
     )
     plan = shape_plan((0, 1, 2), request, 40, 13, torch.device("cpu"), backend="torch")
-    rows, lookups, columns = recorded_body(model.model, ids, plan, (0, 1, 2), pooled=pooled)
+    rows, lookups, columns, _, _ = recorded_forward(model, ids, plan, (0, 1, 2), pooled=pooled)
     if pooled:
         ent = ref.rows.entropy.double()
         want = torch.stack([ent.mean(-1), ent.std(-1, correction=0), ent.amin(-1), ent.amax(-1)], -1)
@@ -150,8 +150,8 @@ def test_capture_without_the_packing_patch_would_leave_layers_unscored(monkeypat
     assert rec.results == {}
 
 
-def _bucket_run(model, ids, start, lb, rb, pooled):
-    from flashstats_hf.graphs import BucketInputs, bucket_plan, recorded_body
+def _bucket_run(model, ids, start, lb, rb, pooled, **extra):
+    from flashstats_hf.graphs import BucketInputs, bucket_plan, recorded_forward
     from flashstats_hf.record import DEFAULT_REQUEST
 
     length = ids.shape[1]
@@ -162,7 +162,8 @@ def _bucket_run(model, ids, start, lb, rb, pooled):
         DEFAULT_REQUEST, sink_positions=torch.tensor([list(DEFAULT_REQUEST.sink_positions)])
     )
     plan, position_ids = bucket_plan((0, 1, 2), request, inputs, rb, backend="torch")
-    return recorded_body(model.model, padded, plan, (0, 1, 2), pooled=pooled, position_ids=position_ids)
+    out = recorded_forward(model, padded, plan, (0, 1, 2), pooled=pooled, position_ids=position_ids, **extra)
+    return out if extra else out[:3]
 
 
 @pytest.mark.parametrize(
@@ -246,3 +247,50 @@ def test_one_bucketed_graph_serves_examples_of_different_lengths(arch):
         torch.testing.assert_close(pool.rows.entropy[..., 0].double(), ent.mean(-1), atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(pool.rows.entropy[..., 3].double(), ent.amax(-1), atol=1e-4, rtol=1e-4)
     assert list(rec._graphs) == [(192, 32)]
+
+
+@pytest.mark.parametrize("bucketed", [False, True])
+def test_captured_logits_and_hidden_states_match_record_forward(monkeypatch, bucketed):
+    from flashstats_hf.graphs import recorded_forward, shape_plan
+    from flashstats_hf.record import DEFAULT_REQUEST
+
+    model = _tiny("cpu")
+    ids = torch.randint(0, 101, (1, 37), generator=torch.Generator().manual_seed(9))
+    ref = record_forward(model, ids, response_start=25, backend="torch", hidden_layers=(0, 2, 3))
+    _capturing(monkeypatch)
+    if bucketed:
+        out = _bucket_run(model, ids, 25, 64, 16, False, logits=True, hidden_layers=(0, 2, 3))
+    else:
+        request = dataclasses.replace(
+            DEFAULT_REQUEST, sink_positions=torch.tensor([list(DEFAULT_REQUEST.sink_positions)])
+        )
+        plan = shape_plan((0, 1, 2), request, 37, 12, torch.device("cpu"), backend="torch")
+        out = recorded_forward(model, ids, plan, (0, 1, 2), logits=True, hidden_layers=(0, 2, 3))
+    logit_stats, hidden = out[3], out[4]
+    torch.testing.assert_close(logit_stats[:, :12], ref.logit_stats, atol=1e-5, rtol=1e-5)
+    scale = ref.hidden.abs().amax().item()  # the states are O(10); padding reorders fp32 sums
+    torch.testing.assert_close(hidden[:, :, :12], ref.hidden, atol=1e-5 * scale, rtol=1e-5)
+    assert torch.all(logit_stats[:, 12:] == 0) and torch.all(hidden[:, :, 12:] == 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("buckets", [None, (64, 32)])
+def test_graphed_logits_and_hidden_states(buckets):
+    model = _tiny("cuda", torch.float32)
+    rec = GraphedRecorder(model, buckets=buckets, logits=True, hidden_layers=(0, -1))
+    for length, start in ((150, 120), (131, 100)):
+        ids = torch.randint(0, 101, (1, length), generator=torch.Generator().manual_seed(length)).cuda()
+        junk = _poison_free_memory()
+        got = rec(ids, response_start=start)
+        del junk
+        ref = record_forward(model, ids, response_start=start, backend="triton", hidden_layers=(0, -1))
+        assert got.logit_stat_names == ref.logit_stat_names and got.hidden_layers == ref.hidden_layers
+        torch.testing.assert_close(got.logit_stats, ref.logit_stats, atol=1e-4, rtol=1e-4)
+        scale = ref.hidden.abs().amax().item()
+        torch.testing.assert_close(got.hidden, ref.hidden, atol=1e-5 * scale, rtol=1e-4)
+
+
+def test_pooled_mode_refuses_logits_and_hidden_states():
+    for extra in ({"logits": True}, {"hidden_layers": (1,)}):
+        with pytest.raises(ValueError, match="pooled=True covers attention statistics only"):
+            GraphedRecorder(_tiny("cpu"), pooled=True, **extra)

@@ -89,6 +89,11 @@ def test_main_reports_bad_input(capsys):
     assert "error" in capsys.readouterr().err
 
 
+def test_graphs_flag_needs_cuda(capsys):
+    assert main(["extract", "--graphs", "--device", "cpu", "--limit", "4"]) == 2
+    assert "--graphs replays CUDA graphs and needs a CUDA device" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "run"

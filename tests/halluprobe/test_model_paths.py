@@ -83,3 +83,30 @@ def test_induction_scores_and_ranking(tiny):
     assert all(flat[a] >= flat[b] for a, b in zip(order, order[1:], strict=False))
     with pytest.raises(ValueError, match="block"):
         induction_scores(tiny, block=1)
+
+
+def test_graph_buckets_need_a_cuda_model(tiny):
+    with pytest.raises(ValueError, match="CUDA"):
+        ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0), graph_buckets=(64, 32))
+
+
+@pytest.mark.gpu
+def test_graph_replays_give_the_eager_records():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=101, hidden_size=256, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=3, initializer_range=0.3,
+    )  # fmt: skip
+    cfg._attn_implementation = ATTN_IMPLEMENTATION
+    model = LlamaForCausalLM(cfg).eval().cuda()  # fp32: replays and eager batches agree to rounding
+    rng = np.random.default_rng(2)
+    examples = [SimpleNamespace(id=f"e{i}") for i in range(3)]
+    encoded = [(rng.integers(5, 100, n).tolist(), n - a) for n, a in ((40, 12), (33, 20), (57, 9))]
+    eager = ProxyExtractor(model, SimpleNamespace(pad_token_id=0))
+    graphed = ProxyExtractor(model, SimpleNamespace(pad_token_id=0), graph_buckets=(64, 32))
+    want = reduce_forward(eager.forward(encoded), [ex.id for ex in examples])
+    got = graphed._replayed(examples, encoded)
+    for g, w in zip(got, want, strict=True):
+        assert (g.id, g.answer_len, g.prompt_len) == (w.id, w.answer_len, w.prompt_len)
+        for name in ("head_stats", "sink_topk", "token_prev", "logit_pooled", "token_logit", "hidden_pooled"):
+            np.testing.assert_allclose(getattr(g, name), getattr(w, name), rtol=1e-3, atol=1e-4, err_msg=name)

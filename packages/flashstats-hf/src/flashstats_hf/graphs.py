@@ -14,11 +14,10 @@ left-padded to ``L_b`` (a multiple of ``length_step``) with ``R_b`` response row
 indices are computed inside the graph from the two lengths, so one graph serves every example of
 the bucket (the price: the prompt rows run masked SDPA). Results are the same as unpadded.
 
-Scope: batch 1,
-CUDA decoders whose masks Transformers builds with ``create_causal_mask`` (Llama, Qwen2/3, Mistral,
-Gemma 2/3 in Transformers 5), no logit statistics or hidden states. Tuning and compilation happen in
-the warm-up runs before each capture. Everything the captured kernels read (token ids, gather
-indices, sink positions) lives as long as its graph.
+Scope: batch 1, CUDA decoders whose masks Transformers builds with ``create_causal_mask`` (Llama,
+Qwen2/3, Mistral, Gemma 2/3 in Transformers 5); logit statistics and hidden states in per-token mode.
+Tuning and compilation happen in the warm-up runs before each capture. Everything the captured
+kernels read (token ids, gather indices, sink positions) lives as long as its graph.
 """
 
 from __future__ import annotations
@@ -35,7 +34,15 @@ from transformers import masking_utils
 
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
-from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices, _stack_layers
+from flashstats_hf.logits import LOGIT_STAT_NAMES
+from flashstats_hf.record import (
+    DEFAULT_REQUEST,
+    _decoder,
+    _HiddenCapture,
+    _layer_indices,
+    _logit_block_static,
+    _stack_layers,
+)
 from flashstats_hf.types import ForwardStats
 
 
@@ -187,34 +194,58 @@ def bucket_plan(
     return plan, (pos - pad[:, None]).clamp(min=0)
 
 
-def recorded_body(
-    body: torch.nn.Module,
+@dataclass
+class _Answers:
+    """Where the answer tokens are (what the hidden-state hooks and the logit block read)."""
+
+    answer_pos: torch.Tensor  # [1, A] int64 position of answer slot a (clamped past the answer)
+    answer_mask: torch.Tensor  # [1, A] bool
+
+
+def recorded_forward(
+    model: torch.nn.Module,
     ids: torch.Tensor,
     plan: Plan,
     layers: Sequence[int],
     *,
-    pooled: bool,
+    pooled: bool = False,
     position_ids: torch.Tensor | None = None,
+    logits: bool = False,
+    hidden_layers: Sequence[int] = (),
 ) -> tuple:
-    """The work a graph captures: one decoder forward with the planned layers scored, stacked.
+    """The work a graph captures: one forward with the planned layers scored, stacked, nothing read back.
 
     Runs eagerly too (on any device), which is how the CPU tests check what a capture records.
 
     Args:
-        body: the decoder (``model.model``).
+        model: the causal LM (its body runs; its LM head only for ``logits``).
         ids: [1, L] int64 token ids.
         plan: the recording plan of this shape (:func:`shape_plan` or :func:`bucket_plan`).
         layers: scored layer indices, in output order.
         pooled: reduce every statistic to :data:`POOL_NAMES` inside each layer.
         position_ids: [1, L] int64 (bucketed plans), or None for ``0 .. L - 1``.
+        logits: compute the seven logit statistics on every answer slot.
+        hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
 
     Returns:
-        ``(rows, lookups, columns)`` stacked over the scored layers (None for families not requested).
+        ``(rows, lookups, columns, logit_stats [1, A, 7] | None, hidden [1, NH, A, Dm] | None)``, the
+        attention families stacked over the scored layers (None for families not requested).
     """
+    body, decoder_layers = _decoder(model)
+    slot = torch.arange(plan.rows, device=ids.device)[None]
+    start = plan.prompt_len if isinstance(plan.prompt_len, int) else plan.prompt_len[:, None]
+    answers = _Answers((start + slot).clamp(max=plan.length - 1), plan.answer_mask)
     recorder = (_PoolingRecorder if pooled else Recorder)(plan)
-    with torch.no_grad(), recorder, unpacked_positions():
-        body(input_ids=ids, attention_mask=plan.key_mask, position_ids=position_ids, use_cache=False)
-    return _stack_layers([recorder.results[i] for i in layers if i in recorder.results])
+    hooks = _HiddenCapture(decoder_layers, tuple(hidden_layers), answers)
+    with torch.no_grad(), recorder, unpacked_positions(), hooks:
+        out = body(input_ids=ids, attention_mask=plan.key_mask, position_ids=position_ids, use_cache=False)
+        stats = (
+            _logit_block_static(model, out[0], ids, answers.answer_pos, plan.answer_mask) if logits else None
+        )
+        if len(decoder_layers) in hidden_layers:
+            hooks._keep(len(decoder_layers), out[0])
+    hidden = torch.stack([hooks.states[i] for i in hidden_layers], dim=1) if hidden_layers else None
+    return (*_stack_layers([recorder.results[i] for i in layers if i in recorder.results]), stats, hidden)
 
 
 @dataclass
@@ -256,6 +287,9 @@ class GraphedRecorder:
         max_graphs: captured buckets kept (least recently used ones are dropped with their memory).
         buckets: ``(length_step, rows_step)`` to share one graph between examples whose lengths round
             up to the same multiples, or None for one graph per exact ``(L, R)``.
+        logits: also compute the seven logit statistics (per-token mode only).
+        hidden_layers: hidden states to keep at the answer tokens, indexed as in
+            :func:`flashstats_hf.record_forward` (per-token mode only).
 
     Raises:
         ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``,
@@ -271,6 +305,8 @@ class GraphedRecorder:
         pooled: bool = False,
         max_graphs: int = 4,
         buckets: tuple[int, int] | None = None,
+        logits: bool = False,
+        hidden_layers: int | Sequence[int] | None = None,
     ) -> None:
         if buckets is not None and not (
             isinstance(buckets, tuple)
@@ -279,6 +315,10 @@ class GraphedRecorder:
         ):
             raise ValueError(
                 f"buckets must be None or (length_step, rows_step) positive ints, got {buckets!r}"
+            )
+        if pooled and (logits or hidden_layers is not None):
+            raise ValueError(
+                "pooled=True covers attention statistics only: pass logits=False, hidden_layers=None"
             )
         register_flashstats()
         device = next(model.parameters()).device
@@ -292,6 +332,12 @@ class GraphedRecorder:
         self.buckets = buckets
         self.body, decoder_layers = _decoder(model)
         self.layers = _layer_indices(layers, len(decoder_layers), "layers")
+        self.logits = bool(logits)
+        self.hidden_layers = (
+            ()
+            if hidden_layers is None
+            else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
+        )
         request = DEFAULT_REQUEST if request is None else request
         if not isinstance(request, StatsRequest):
             raise TypeError(f"request must be a StatsRequest or None, got {type(request).__name__}")
@@ -313,9 +359,10 @@ class GraphedRecorder:
             plan, position_ids = self._plan(inputs.ids.shape[1], rows), None
         else:
             plan, position_ids = bucket_plan(self.layers, self.request, inputs, rows)
-        out = recorded_body(
-            self.body, inputs.ids, plan, self.layers, pooled=self.pooled, position_ids=position_ids
-        )
+        out = recorded_forward(
+            self.model, inputs.ids, plan, self.layers, pooled=self.pooled, position_ids=position_ids,
+            logits=self.logits, hidden_layers=self.hidden_layers,
+        )  # fmt: skip
         return plan, out
 
     def _capture(self, length: int, rows: int) -> _Captured:
@@ -345,7 +392,8 @@ class GraphedRecorder:
 
         Returns:
             :class:`flashstats_hf.ForwardStats` (per-token statistics, shapes as from
-            :func:`flashstats_hf.record_forward` with ``logits=False`` on this example alone) or
+            :func:`flashstats_hf.record_forward` on this example alone, with the same ``logits`` and
+            ``hidden_layers``) or
             :class:`PooledStats`. The tensors are copies: later calls do not overwrite them.
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.shape[0] != 1:
@@ -374,7 +422,7 @@ class GraphedRecorder:
             cap.inputs.rows.fill_(rows)
         cap.graph.replay()
         if self.pooled:
-            rows_, lookups, columns = (None if x is None else _clone(x) for x in cap.out)
+            rows_, lookups, columns = (None if x is None else _clone(x) for x in cap.out[:3])
             return PooledStats(layers=self.layers, rows=rows_, lookups=lookups, columns=columns)
         return self._forward_stats(length, rows, key[0], *cap.out)
 
@@ -382,7 +430,7 @@ class GraphedRecorder:
         """Per-token statistics of the example (answer slots past ``rows`` and padding keys cut off)."""
         dev = self.device
         start = torch.full((1,), length - rows, device=dev)
-        row_stats, lookups, columns = stats
+        row_stats, lookups, columns, logit_stats, hidden = stats
         if row_stats is not None:
             row_stats = RowStats(*(x[..., :rows].clone() for x in _values(row_stats)))
         if lookups is not None:
@@ -402,6 +450,10 @@ class GraphedRecorder:
             rows=row_stats,
             lookups=lookups,
             columns=columns,
+            logit_stats=None if logit_stats is None else logit_stats[:, :rows].clone(),
+            logit_stat_names=LOGIT_STAT_NAMES if self.logits else (),
+            hidden_layers=self.hidden_layers,
+            hidden=None if hidden is None else hidden[:, :, :rows].clone(),
             response_start=start,
         )
 
@@ -421,7 +473,7 @@ __all__ = [
     "PooledStats",
     "bucket_plan",
     "bucket_shape",
-    "recorded_body",
+    "recorded_forward",
     "shape_plan",
     "unpacked_positions",
 ]

@@ -237,6 +237,35 @@ def _logit_block(
     return out
 
 
+def _logit_block_static(
+    model: torch.nn.Module,
+    last: torch.Tensor,
+    input_ids: torch.Tensor,
+    answer_pos: torch.Tensor,
+    answer_mask: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
+
+    Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, 7] float32``.
+    """
+    head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
+    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    b, a = answer_pos.shape
+    pos = (answer_pos - 1).clamp(min=0)[..., None].expand(-1, -1, last.shape[-1])
+    hidden = last.gather(1, pos).reshape(b * a, -1)  # [B*A, Dm]
+    targets = input_ids.gather(1, answer_pos).reshape(-1).long()  # [B*A]
+    parts = []
+    for i in range(0, b * a, _LOGIT_CHUNK):
+        logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
+        if cap is not None:
+            logits = cap * torch.tanh(logits / cap)
+        parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
+    out = torch.cat(parts).reshape(b, a, len(LOGIT_STAT_NAMES))
+    return torch.where(answer_mask[..., None], out, 0.0)
+
+
 def record_forward(
     model: torch.nn.Module,
     input_ids: torch.Tensor,

@@ -82,6 +82,10 @@ class ProxyExtractor:
         hidden_layers: Hidden states kept for H64, numbered as ``record_forward`` does (0 = embeddings,
             ``i`` = output of block ``i - 1``); ``None``: the middle layer's output.
         toha: Also compute TOHA's MTopDiv of every head from the dense response block.
+        graph_buckets: ``(length_step, rows_step)`` to run each example through
+            :class:`flashstats_hf.GraphedRecorder` (one CUDA graph per shape bucket, replayed) instead of
+            one eager batched ``record_forward``: the same records, without the eager host cost per
+            forward. CUDA models only; ``None`` (default): eager batches.
     """
 
     model: Any
@@ -89,7 +93,9 @@ class ProxyExtractor:
     layers: tuple[int, ...] | None = None
     hidden_layers: tuple[int, ...] | None = None
     toha: bool = False
+    graph_buckets: tuple[int, int] | None = None
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
+    _graphed: Any = field(default=None, repr=False)
 
     def __post_init__(self):
         n = int(self.model.config.num_hidden_layers)
@@ -97,6 +103,13 @@ class ProxyExtractor:
             self.hidden_layers = (n // 2,)
         if self.layers is not None and any(not 0 <= i < n for i in self.layers):
             raise ValueError(f"layers must lie in [0, {n}); got {self.layers}")
+        if self.graph_buckets is not None:
+            from flashstats_hf import DEFAULT_REQUEST, GraphedRecorder
+
+            self._graphed = GraphedRecorder(
+                self.model, request=DEFAULT_REQUEST, layers=self.layers, buckets=tuple(self.graph_buckets),
+                logits=True, hidden_layers=self.hidden_layers, max_graphs=32,
+            )  # fmt: skip
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -145,6 +158,8 @@ class ProxyExtractor:
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
         """Records of ``batch``, in order."""
         encoded = [self.encode(ex) for ex in batch]
+        if self._graphed is not None:
+            return self._replayed(batch, encoded)
         fs = self.forward(encoded)
         mtop = None
         if self.toha:
@@ -152,3 +167,17 @@ class ProxyExtractor:
 
             mtop = dense_mtopdiv(self.model, encoded, fs.layers)
         return reduce_forward(fs, [ex.id for ex in batch], mtopdiv=mtop)
+
+    def _replayed(self, batch: list[Any], encoded: list[tuple[list[int], int]]) -> list[ExampleRecord]:
+        """Records from graph replays, one example at a time (TOHA, if asked, still runs batched)."""
+        dev = next(self.model.parameters()).device
+        mtop = None
+        if self.toha:
+            from halluprobe.toha import dense_mtopdiv
+
+            mtop = dense_mtopdiv(self.model, encoded, self._graphed.layers)
+        out = []
+        for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
+            fs = self._graphed(torch.tensor([ids], device=dev), response_start=start)
+            out += reduce_forward(fs, [ex.id], mtopdiv=None if mtop is None else mtop[b : b + 1])
+        return out
