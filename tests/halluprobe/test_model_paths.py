@@ -14,15 +14,20 @@ from halluprobe.toha import dense_mtopdiv
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-@pytest.fixture(scope="module")
-def tiny():
+def _llama(hidden_size: int) -> LlamaForCausalLM:
+    """A random 3-layer Llama with 4 query / 2 KV heads of ``hidden_size / 4`` dims, "attnstats" attention."""
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=3, initializer_range=0.3,
+        vocab_size=101, hidden_size=hidden_size, intermediate_size=96, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=3, initializer_range=0.3,
     )  # fmt: skip
     cfg._attn_implementation = ATTN_IMPLEMENTATION
     return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _llama(64)
 
 
 def _eager_attn(model, ids):
@@ -92,13 +97,7 @@ def test_graph_buckets_need_a_cuda_model(tiny):
 
 @pytest.mark.gpu
 def test_graph_replays_give_the_eager_records():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=101, hidden_size=256, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=3, initializer_range=0.3,
-    )  # fmt: skip
-    cfg._attn_implementation = ATTN_IMPLEMENTATION
-    model = LlamaForCausalLM(cfg).eval().cuda()  # fp32: replays and eager batches agree to rounding
+    model = _llama(256).cuda()  # head dim 64; fp32: replays and eager batches agree to rounding
     rng = np.random.default_rng(2)
     examples = [SimpleNamespace(id=f"e{i}") for i in range(3)]
     encoded = [(rng.integers(5, 100, n).tolist(), n - a) for n, a in ((40, 12), (33, 20), (57, 9))]
