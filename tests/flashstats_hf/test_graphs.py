@@ -294,3 +294,16 @@ def test_pooled_mode_refuses_logits_and_hidden_states():
     for extra in ({"logits": True}, {"hidden_layers": (1,)}):
         with pytest.raises(ValueError, match="pooled=True covers attention statistics only"):
             GraphedRecorder(_tiny("cpu"), pooled=True, **extra)
+
+
+def test_graph_inputs_are_checked():
+    from flashstats_hf.graphs import check_graph_input
+
+    check_graph_input(torch.zeros(1, 5, dtype=torch.int64))
+    with pytest.raises(TypeError, match="integer token ids"):
+        check_graph_input(torch.zeros(1, 5))
+    with pytest.raises(TypeError, match="integer tensor"):
+        check_graph_input([[1, 2, 3]])
+    for shape in ((2, 5), (5,), (1, 1)):
+        with pytest.raises(ValueError, match=r"shape \[1, L\]"):
+            check_graph_input(torch.zeros(shape, dtype=torch.int64))

@@ -396,8 +396,7 @@ class GraphedRecorder:
             ``hidden_layers``) or
             :class:`PooledStats`. The tensors are copies: later calls do not overwrite them.
         """
-        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.shape[0] != 1:
-            raise ValueError(f"input_ids must be a [1, L] integer tensor, got {input_ids!r:.80}")
+        check_graph_input(input_ids)
         length = input_ids.shape[1]
         if isinstance(response_start, bool) or not isinstance(response_start, int):
             raise TypeError(f"response_start must be an int, got {type(response_start).__name__}")
@@ -455,6 +454,19 @@ class GraphedRecorder:
             hidden_layers=self.hidden_layers,
             hidden=None if hidden is None else hidden[:, :, :rows].clone(),
             response_start=start,
+        )
+
+
+def check_graph_input(input_ids: object) -> None:
+    """Raises unless ``input_ids`` is a ``[1, L]`` integer tensor with ``L >= 2``."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a [1, L] integer tensor, got {type(input_ids).__name__}")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 2:
+        raise ValueError(
+            "input_ids must have shape [1, L] with L >= 2 (one example, no batching), "
+            f"got {tuple(input_ids.shape)}"
         )
 
 
