@@ -21,18 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-TOKEN_STATS = (
-    "max_weight",
-    "effective_support",
-    "entropy",
-    "lookback_ratio",
-    "normalized_entropy",
-    "prev_weight",
-    "diag_log",
-    "bos_sink",
-)
-"""Per-token attention statistics kept for localisation (each averaged over the heads of a layer)."""
-
 
 def mtopdiv_batched(rows: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """MTopDiv of many heads at once (same graph as :func:`halluprobe.mtopdiv`), Prim's algorithm on device.
@@ -90,21 +78,9 @@ def token_offsets(tokenizer, answer: str, ids: list[int]) -> np.ndarray:
 
 def _token_features(fs, b: int, length: int) -> np.ndarray:
     """``[A, NL * 8 + V] float32`` per-token head-mean attention statistics of every layer + logit stats."""
-    from halluprobe.records import lookback_ratio
+    from halluprobe.records import head_series
 
-    r, lk = fs.rows, fs.lookups
-    cut = slice(0, length)
-    series = [
-        r.max_weight[b, ..., cut],
-        r.effective_support[b, ..., cut],
-        r.entropy[b, ..., cut],
-        lookback_ratio(r.prompt_mass[b, ..., cut], int(fs.prompt_len[b])),
-        r.normalized_entropy[b, ..., cut],
-        lk.prev_weight[b, ..., cut],
-        lk.diag_log[b, ..., cut],
-        lk.sink_weights[b, ..., cut, 0],
-    ]
-    att = torch.stack([s.float().mean(1) for s in series], 1)  # [NL, 8, A]
+    att = head_series(fs, b, length).mean(1)  # [NL, 8, A]: halluprobe's HEAD_STATS, head means
     att = att.reshape(-1, length).T.cpu().numpy()
     logit = fs.logit_stats[b, :length].float().cpu().numpy()
     return np.concatenate([att, logit], 1).astype(np.float32)

@@ -202,6 +202,13 @@ class _Answers:
     answer_mask: torch.Tensor  # [1, A] bool
 
 
+def _answers(plan: Plan) -> _Answers:
+    """Positions of the plan's answer slots, computed on the device."""
+    slot = torch.arange(plan.rows, device=plan.answer_mask.device)[None]
+    start = plan.prompt_len if isinstance(plan.prompt_len, int) else plan.prompt_len[:, None]
+    return _Answers((start + slot).clamp(max=plan.length - 1), plan.answer_mask)
+
+
 def recorded_forward(
     model: torch.nn.Module,
     ids: torch.Tensor,
@@ -232,9 +239,7 @@ def recorded_forward(
         attention families stacked over the scored layers (None for families not requested).
     """
     body, decoder_layers = _decoder(model)
-    slot = torch.arange(plan.rows, device=ids.device)[None]
-    start = plan.prompt_len if isinstance(plan.prompt_len, int) else plan.prompt_len[:, None]
-    answers = _Answers((start + slot).clamp(max=plan.length - 1), plan.answer_mask)
+    answers = _answers(plan) if logits or hidden_layers else None  # hooks read it only with hidden layers
     recorder = (_PoolingRecorder if pooled else Recorder)(plan)
     hooks = _HiddenCapture(decoder_layers, tuple(hidden_layers), answers)
     with torch.no_grad(), recorder, unpacked_positions(), hooks:
@@ -475,7 +480,7 @@ def _values(stats) -> list[torch.Tensor]:
 
 
 def _clone(stats):
-    return type(stats)(*(getattr(stats, f.name).clone() for f in dataclasses.fields(stats)))
+    return type(stats)(*(x.clone() for x in _values(stats)))
 
 
 __all__ = [

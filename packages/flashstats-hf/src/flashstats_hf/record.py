@@ -215,25 +215,34 @@ def _stack_layers(
     return stack(RowStats, "rows"), stack(LookupStats, "lookups"), stack(ColumnStats, "columns")
 
 
-def _logit_block(
-    model: torch.nn.Module, last: torch.Tensor, input_ids: torch.Tensor, batch: _Batch
-) -> torch.Tensor:
-    """``[B, A, 7] float32`` statistics of the next-token distributions that predict answer tokens."""
+def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[N, 7] float32`` logit statistics from ``[N, Dm]`` states and the ``[N]`` tokens they predict.
+
+    The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
+    would not fit for long answers); the final logit soft-cap is applied when the model has one.
+    """
     head = model.get_output_embeddings()
     if head is None:
         raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
     cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-    pos = (batch.answer_pos - 1)[..., None].expand(-1, -1, last.shape[-1])
-    hidden = last.gather(1, pos)[batch.answer_mask]  # [N, Dm]
-    targets = input_ids.gather(1, batch.answer_pos)[batch.answer_mask].long()  # [N]
     parts = []
     for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
         logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
         if cap is not None:
             logits = cap * torch.tanh(logits / cap)
         parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
+    return torch.cat(parts)
+
+
+def _logit_block(
+    model: torch.nn.Module, last: torch.Tensor, input_ids: torch.Tensor, batch: _Batch
+) -> torch.Tensor:
+    """``[B, A, 7] float32`` statistics of the next-token distributions that predict answer tokens."""
+    pos = (batch.answer_pos - 1)[..., None].expand(-1, -1, last.shape[-1])
+    hidden = last.gather(1, pos)[batch.answer_mask]  # [N, Dm]
+    targets = input_ids.gather(1, batch.answer_pos)[batch.answer_mask].long()  # [N]
     out = torch.zeros(*batch.answer_mask.shape, len(LOGIT_STAT_NAMES), device=last.device)
-    out[batch.answer_mask] = torch.cat(parts)
+    out[batch.answer_mask] = _logit_rows(model, hidden, targets)
     return out
 
 
@@ -248,21 +257,11 @@ def _logit_block_static(
 
     Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, 7] float32``.
     """
-    head = model.get_output_embeddings()
-    if head is None:
-        raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
-    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
     b, a = answer_pos.shape
     pos = (answer_pos - 1).clamp(min=0)[..., None].expand(-1, -1, last.shape[-1])
     hidden = last.gather(1, pos).reshape(b * a, -1)  # [B*A, Dm]
     targets = input_ids.gather(1, answer_pos).reshape(-1).long()  # [B*A]
-    parts = []
-    for i in range(0, b * a, _LOGIT_CHUNK):
-        logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
-        if cap is not None:
-            logits = cap * torch.tanh(logits / cap)
-        parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
-    out = torch.cat(parts).reshape(b, a, len(LOGIT_STAT_NAMES))
+    out = _logit_rows(model, hidden, targets).reshape(b, a, len(LOGIT_STAT_NAMES))
     return torch.where(answer_mask[..., None], out, 0.0)
 
 

@@ -106,8 +106,14 @@ def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:
     return out.reshape(shape)
 
 
-def _head_series(fs, b: int, length: int) -> torch.Tensor:
-    """``[NL, H, len(HEAD_STATS), A_b]`` per-token head statistics of example ``b``."""
+def head_series(fs, b: int, length: int) -> torch.Tensor:
+    """``[NL, H, len(HEAD_STATS), A_b] float32`` (CPU) per-token head statistics of example ``b``.
+
+    Args:
+        fs: A :class:`flashstats_hf.types.ForwardStats` with rows and lookups.
+        b: Example index in the batch.
+        length: Its answer length ``A_b``.
+    """
     if fs.rows is None or fs.lookups is None:
         raise ValueError("ForwardStats needs rows (T1) and lookups (T2) for the head statistics")
     r, lk = fs.rows, fs.lookups
@@ -161,7 +167,7 @@ def reduce_forward(fs, ids: list[str], mtopdiv: torch.Tensor | None = None) -> l
     for b in range(n):
         length = int(fs.answer_len[b])
         mask = torch.ones(length, dtype=torch.bool)
-        series = _head_series(fs, b, length)
+        series = head_series(fs, b, length)
         token_logit = fs.logit_stats[b, :length].float().cpu()
         hid = fs.hidden[b, :, :length].float().cpu()
         hidden = torch.stack([hid.mean(1), hid.std(1, correction=0)], 1)
@@ -191,7 +197,7 @@ def token_records(fs, b: int, record: ExampleRecord) -> list[ExampleRecord]:
     of these pseudo-records average exactly to the example's logit.
     """
     length = record.answer_len
-    series = _head_series(fs, b, length).numpy()  # [NL, H, F, A]
+    series = head_series(fs, b, length).numpy()  # [NL, H, F, A]
     hidden = fs.hidden[b, :, :length].float().cpu().numpy()  # [NH, A, Dm]
     out = []
     for t in range(length):
