@@ -7,7 +7,7 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
 import torch
@@ -77,7 +77,7 @@ class Recorder:
     plan: Plan
     results: dict[int, LayerStats] = field(default_factory=dict)
     _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
-    _token: object = None
+    _token: Token[Recorder | None] | None = None
 
     def __enter__(self) -> Recorder:
         if _ACTIVE.get() is not None:
@@ -86,7 +86,9 @@ class Recorder:
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._token)
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
         self._masks.clear()
 
     def wants(self, layer_idx: object) -> bool:

@@ -154,7 +154,7 @@ def flashstats_attention_forward(
     layer_idx = getattr(module, "layer_idx", None)
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
-    if recorder is not None and recorder.wants(layer_idx):
+    if recorder is not None and isinstance(layer_idx, int) and recorder.wants(layer_idx):
         reason = recorder.cannot_score(query, key, exotic)
         if reason is None:
             out = recorder.score_layer(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
@@ -161,15 +162,31 @@ def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleLi
     return body, layers
 
 
+class _AnswerSlots(Protocol):
+    """Where the answer tokens are: what the hidden-state hooks read."""
+
+    @property
+    def answer_pos(self) -> torch.Tensor:
+        """``[B, A] int64`` position of answer slot ``a``."""
+
+    @property
+    def answer_mask(self) -> torch.Tensor:
+        """``[B, A] bool``: which slots hold an answer token."""
+
+
 class _HiddenCapture:
     """Forward hooks that keep the states of the requested layers at the answer positions only."""
 
-    def __init__(self, layers: torch.nn.ModuleList, indices: tuple[int, ...], batch: _Batch) -> None:
+    def __init__(
+        self, layers: torch.nn.ModuleList, indices: tuple[int, ...], batch: _AnswerSlots | None
+    ) -> None:
         self.indices, self.batch, self.layers = indices, batch, layers
         self.states: dict[int, torch.Tensor] = {}
         self._handles: list = []
 
     def _keep(self, index: int, hidden: torch.Tensor) -> None:
+        if self.batch is None:
+            raise ValueError("hidden states were requested without answer positions")
         pos = self.batch.answer_pos[..., None].expand(-1, -1, hidden.shape[-1])  # [B, A, Dm]
         got = hidden.gather(1, pos).float()
         self.states[index] = torch.where(self.batch.answer_mask[..., None], got, 0.0)
@@ -221,10 +238,11 @@ def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
     The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
     would not fit for long answers); the final logit soft-cap is applied when the model has one.
     """
-    head = model.get_output_embeddings()
+    head = getattr(model, "get_output_embeddings", lambda: None)()
     if head is None:
         raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
-    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    config = getattr(model, "config", None)
+    cap = getattr(config.get_text_config(), "final_logit_softcapping", None) if config is not None else None
     parts = []
     for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
         logits = head(hidden[i : i + _LOGIT_CHUNK]).float()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,10 @@ def _from_rows(
     rows: Iterable[tuple[int, Any]], col: Collector, where: str, seed: int, apply_filters: bool
 ) -> Dataset:
     for line, row in rows:
-        col.add(where, line, lambda row=row, line=line: row_example(
-            row, line, prefix="halubench", fields=HALUBENCH_FIELDS, split_sources=True))  # fmt: skip
+        make = partial(
+            row_example, row, line, prefix="halubench", fields=HALUBENCH_FIELDS, split_sources=True
+        )
+        col.add(where, line, make)
     if apply_filters:
         _halubench_filter(col, seed)
     else:
@@ -85,7 +88,7 @@ def halubench_from_hub_rows(
     """Convert rows shaped like the hub's ``PatronusAI/HaluBench`` test split (see module docstring)."""
     col = Collector("hub:PatronusAI/HaluBench")
     return _from_rows(
-        enumerate((dict(r) for r in rows), start=1), col, "hub:PatronusAI/HaluBench", seed, filter
+        enumerate((dict(r) for r in rows), start=1), col, "hub:PatronusAI/HaluBench", seed, apply_filters
     )
 
 
@@ -115,9 +118,7 @@ def _build_table(name: str, path: str | os.PathLike[str], fields: FieldMap, seed
     path = Path(path)
     col = Collector(str(path))
     for line, row in read_rows(path, col):
-        col.add(
-            str(path), line, lambda row=row, line=line: row_example(row, line, prefix=name, fields=fields)
-        )
+        col.add(str(path), line, partial(row_example, row, line, prefix=name, fields=fields))
     exs: list[Example] = fill_groups(col.examples)
     if link:  # also merge groups whose contexts are near-duplicates (5-gram rule)
         linked = link_groups([e.context for e in exs], [e.source for e in exs], prefix="lnk")
