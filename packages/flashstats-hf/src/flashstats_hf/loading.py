@@ -35,10 +35,10 @@ def default_gguf_path() -> Path:
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Cache folder of dequantised models, following the platform's conventions.
+    r"""Cache folder of dequantised models, following the platform's conventions.
 
     In order: ``cache_dir``; ``$FLASHSTATS_CACHE``; ``$XDG_CACHE_HOME/flashstats`` when that variable is
-    set (any platform); ``%LOCALAPPDATA%\\flashstats\\Cache`` on Windows; ``~/Library/Caches/flashstats``
+    set (any platform); ``%LOCALAPPDATA%\flashstats\Cache`` on Windows; ``~/Library/Caches/flashstats``
     on macOS; ``~/.cache/flashstats`` elsewhere (the XDG default).
     """
     if cache_dir is not None:
