@@ -1,6 +1,6 @@
 """``halluprobe``: extract features, train and evaluate detectors, score one answer.
 
-The parser is built by :func:`build_parser` without importing torch, Transformers or scikit-learn,
+The parser is built by `build_parser` without importing torch, Transformers or scikit-learn,
 so ``halluprobe --help`` is fast; every command imports what it needs inside its function.
 """
 
