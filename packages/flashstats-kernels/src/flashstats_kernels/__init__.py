@@ -13,6 +13,7 @@ from flashstats_kernels.naive import naive_response_attention
 from flashstats_kernels.ops.dense import dense_response_block, dense_statistics, row_topk_mass
 from flashstats_kernels.state import ColumnState, RowState, finalize_state, merge_states, row_state
 from flashstats_kernels.types import AttentionResult, ColumnStats, LookupStats, RowStats, StatsRequest
+from flashstats_kernels.varlen import response_attention_varlen
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "merge_states",
     "naive_response_attention",
     "response_attention",
+    "response_attention_varlen",
     "response_columns",
     "response_lookups",
     "row_state",
