@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flashstats_hf import CachedRecorder, record_forward
+from flashstats_hf import CachedRecorder, GraphedDecodeStep, record_forward
 from flashstats_kernels import StatsRequest
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
@@ -159,3 +159,40 @@ def test_errors_name_what_was_expected(helpers):
             model(input_ids=ids[:, 8:9], past_key_values=rec.cache, use_cache=True)
         with torch.no_grad(), pytest.raises(ValueError, match="needs the logits of every row"):
             model(input_ids=ids[:, 8:], past_key_values=rec.cache, use_cache=True, logits_to_keep=1)
+
+
+def _graph_steps(helpers, device, capture, dtype=torch.float32):
+    """Prefill on a static cache, then 6 teacher-forced steps through GraphedDecodeStep."""
+    model, _ = helpers.tiny_models("qwen3", device)
+    model = model.to(dtype)
+    ids, mask, _ = helpers.padded_batch([15, 12], [6, 6], device=device)
+    prompt = 9
+    cache = StaticCache(config=model.config, max_cache_len=20)
+    rec = CachedRecorder(
+        model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN, capacity=8, cache=cache
+    )
+    with rec:
+        rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+        step = GraphedDecodeStep(model, cache, mask[:, :prompt], recorder=rec, capture=capture)
+        logits = [step(ids[:, at : at + 1]) for at in range(prompt, 15)]
+    return model, ids, mask, prompt, rec.stats(), logits
+
+
+def test_decode_step_runs_from_device_state_alone(helpers):
+    """The step code that a graph captures, run eagerly: every answer statistic equals record_forward."""
+    model, ids, mask, prompt, got, _ = _graph_steps(helpers, "cpu", capture=False)
+    assert_same_stats(got, _reference(model, ids, mask, prompt))
+    with pytest.raises(ValueError, match=r"capture=True\) needs a model on a CUDA device"):
+        GraphedDecodeStep(model, StaticCache(config=model.config, max_cache_len=20), mask)
+
+
+@pytest.mark.gpu
+def test_captured_decode_steps_equal_record_forward(helpers):
+    model, ids, mask, prompt, got, logits = _graph_steps(helpers, "cuda", capture=True)
+    assert_same_stats(
+        got, _reference(model, ids, mask, prompt), dict(atol=3e-3, rtol=3e-3), dict(atol=3e-3, rtol=3e-3)
+    )
+    _, _, _, _, eager, eager_logits = _graph_steps(helpers, "cuda", capture=False)
+    for a, b in zip(logits, eager_logits, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.rows.entropy, eager.rows.entropy, atol=1e-6, rtol=1e-6)

@@ -7,6 +7,7 @@ from flashstats_hf.attention import (
     register_flashstats,
 )
 from flashstats_hf.cached import CachedRecorder
+from flashstats_hf.decode_graph import GraphedDecodeStep
 from flashstats_hf.formatting import Batch, collate, format_example
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
@@ -26,6 +27,7 @@ __all__ = [
     "Batch",
     "CachedRecorder",
     "ForwardStats",
+    "GraphedDecodeStep",
     "GraphedRecorder",
     "PooledStats",
     "collate",
