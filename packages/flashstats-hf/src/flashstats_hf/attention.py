@@ -154,6 +154,19 @@ def flashstats_attention_forward(
     layer_idx = getattr(module, "layer_idx", None)
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
+    if recorder is not None and recorder.plan.packing is not None:  # documents packed on one axis
+        reason = recorder.cannot_score(query, key, exotic)
+        if reason is not None:
+            raise ValueError(
+                f"flashstats: layer {layer_idx} cannot run on a packed batch ({reason}); call "
+                "record_forward(..., pack=False)"
+            )
+        options = {"scale": scale, "softcap": softcap, "window": window}
+        if recorder.wants(layer_idx):
+            out = recorder.score_layer(layer_idx, query, key, value, **options)
+        else:
+            out = recorder.plain_packed(query, key, value, **options)
+        return out.transpose(1, 2).contiguous(), None
     if recorder is not None and recorder.wants(layer_idx):
         reason = recorder.cannot_score(query, key, exotic)
         if reason is None:
