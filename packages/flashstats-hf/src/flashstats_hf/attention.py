@@ -154,6 +154,28 @@ def flashstats_attention_forward(
     layer_idx = getattr(module, "layer_idx", None)
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
+    cached = getattr(recorder, "cached", False)  # a CachedRecorder (generation, streamed chunks)
+    if cached and recorder.wants(layer_idx):
+        if kwargs.get("position_bias") is not None or not causal:
+            raise ValueError(
+                f"flashstats: layer {layer_idx} is non-causal or has a position bias; CachedRecorder scores "
+                "causal self-attention only (leave the layer out with layers=...)"
+            )
+        out = recorder.score_cached(layer_idx, query, key, value, scale=scale, softcap=softcap, window=window)
+        return out.transpose(1, 2).contiguous(), None
+    if recorder is not None and not cached and recorder.plan.packing is not None:  # documents packed on one axis
+        reason = recorder.cannot_score(query, key, exotic)
+        if reason is not None:
+            raise ValueError(
+                f"flashstats: layer {layer_idx} cannot run on a packed batch ({reason}); call "
+                "record_forward(..., pack=False)"
+            )
+        options = {"scale": scale, "softcap": softcap, "window": window}
+        if recorder.wants(layer_idx):
+            out = recorder.score_layer(layer_idx, query, key, value, **options)
+        else:
+            out = recorder.plain_packed(query, key, value, **options)
+        return out.transpose(1, 2).contiguous(), None
     if recorder is not None and recorder.wants(layer_idx):
         reason = recorder.cannot_score(query, key, exotic)
         if reason is None:

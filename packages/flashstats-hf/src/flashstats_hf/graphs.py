@@ -22,16 +22,15 @@ kernels read (token ids, gather indices, sink positions) lives as long as its gr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
-from transformers import masking_utils
 
+from flashstats_hf._packing import unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES
@@ -44,28 +43,6 @@ from flashstats_hf.record import (
     _stack_layers,
 )
 from flashstats_hf.types import ForwardStats
-
-
-@contextlib.contextmanager
-def unpacked_positions() -> Iterator[None]:
-    """Tells Transformers' mask builder, while a forward is captured, that the input is not a packed batch.
-
-    Without an attention mask, Transformers checks the position ids for packed sequences, which needs a
-    host read; while a CUDA graph is being captured it skips the read and assumes packing, then builds a
-    dense packed-sequence mask. The attention cannot score layers under such a mask, and the plain rows
-    fall to a slow masked SDPA path. Our captures are batch 1 with default position ids (``0 .. L - 1``),
-    never packed, so inside this context the check answers "not packed" without looking.
-    """
-    fn = getattr(masking_utils, "find_packed_sequence_indices", None)
-    if fn is None:  # a Transformers version without the check: nothing to do
-        yield
-        return
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = fn
-
 
 POOL_NAMES = ("mean", "std", "min", "max")
 """Order of the last axis of pooled statistics."""
