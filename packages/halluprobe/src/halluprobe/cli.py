@@ -1,6 +1,6 @@
 """``halluprobe``: extract features, train and evaluate detectors, score one answer.
 
-The parser is built by :func:`build_parser` without importing torch, Transformers or scikit-learn,
+The parser is built by `build_parser` without importing torch, Transformers or scikit-learn,
 so ``halluprobe --help`` is fast; every command imports what it needs inside its function.
 """
 
@@ -291,7 +291,7 @@ COMMANDS = {"extract": cmd_extract, "train": cmd_train, "evaluate": cmd_evaluate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``halluprobe`` command (exit status as in :mod:`halubench_data.clikit`)."""
+    """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
     return clikit.run(build_parser(), COMMANDS, argv)
 
 

@@ -1,8 +1,8 @@
 """Feature extraction: one recorded proxy forward per example, reduced to cached records.
 
-:func:`extract_records` is the resumable loop (any ``compute`` function, batches sorted by length,
-one cache shard per batch); :class:`ProxyExtractor` is the ``compute`` function that runs
-:func:`flashstats_hf.record_forward` on a proxy model.
+[`extract_records`][halluprobe.extract_records] is the resumable loop (any ``compute`` function, batches
+sorted by length, one cache shard per batch); [`ProxyExtractor`][halluprobe.ProxyExtractor] is the ``compute``
+function that runs [`flashstats_hf.record_forward`][] on a proxy model.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class ProxyExtractor:
             ``i`` = output of block ``i - 1``); ``None``: the middle layer's output.
         toha: Also compute TOHA's MTopDiv of every head from the dense response block.
         graph_buckets: ``(length_step, rows_step)`` to run each example through
-            :class:`flashstats_hf.GraphedRecorder` (one CUDA graph per shape bucket, replayed) instead of
+            [`flashstats_hf.GraphedRecorder`][] (one CUDA graph per shape bucket, replayed) instead of
             one eager batched ``record_forward``: the same records, without the eager host cost per
             forward. CUDA models only; ``None`` (default): eager batches.
     """
