@@ -163,7 +163,9 @@ def flashstats_attention_forward(
             )
         out = recorder.score_cached(layer_idx, query, key, value, scale=scale, softcap=softcap, window=window)
         return out.transpose(1, 2).contiguous(), None
-    if recorder is not None and not cached and recorder.plan.packing is not None:  # documents packed on one axis
+    if (
+        recorder is not None and not cached and recorder.plan.packing is not None
+    ):  # documents packed on one axis
         reason = recorder.cannot_score(query, key, exotic)
         if reason is not None:
             raise ValueError(
