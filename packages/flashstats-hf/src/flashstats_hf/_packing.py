@@ -3,7 +3,7 @@
 The real tokens of every example are laid one after another on a single token axis (``T`` tokens);
 position ids restart at each document. Every layer attends within documents only: unscored layers
 and the prompt rows of scored layers run the Base kernel of
-:func:`flashstats_kernels.response_attention_varlen` (on CUDA) or PyTorch SDPA document by document
+[`flashstats_kernels.response_attention_varlen`][] (on CUDA) or PyTorch SDPA document by document
 (CPU), and the answer rows of scored layers run the statistics kernels in one packed call. No
 ``[B, L, L]`` or ``[T, T]`` mask is built.
 """

@@ -1,7 +1,7 @@
 """Per-forward recording state: what the scored layers compute and what they collected.
 
 Everything that depends on the batch (masks, lengths, gather indices, sink positions) is computed
-once per forward, on the device of the inputs, when the :class:`Plan` is built; the attention
+once per forward, on the device of the inputs, when the `Plan` is built; the attention
 function only slices, calls the kernel and gathers (no host reads inside layers).
 """
 

@@ -1,15 +1,16 @@
 """Statistics while the model runs with a KV cache: generation steps and answer chunks as they arrive.
 
-:class:`CachedRecorder` makes the ``"attnstats"`` attention score the answer rows of every cached call
-of a model (``model.generate`` steps, or chunks fed with :meth:`CachedRecorder.feed`) with
-:func:`flashstats_kernels.decode_attention`: T1 and T2 per new row, T3 added to a running column state
-per layer, logit statistics from the logits the model already computes, and hidden states at the answer
-rows. After any number of calls, :meth:`CachedRecorder.stats` equals :func:`flashstats_hf.record_forward`
-on the same token ids (prompt then answer so far), field by field.
+[`CachedRecorder`][flashstats_hf.CachedRecorder] makes the ``"attnstats"`` attention score the answer rows of
+every cached call of a model (``model.generate`` steps, or chunks fed with
+[`CachedRecorder.feed`][flashstats_hf.CachedRecorder.feed]) with [`flashstats_kernels.decode_attention`][]: T1
+and T2 per new row, T3 added to a running column state per layer, logit statistics from the logits the model
+already computes, and hidden states at the answer rows. After any number of calls,
+[`CachedRecorder.stats`][flashstats_hf.CachedRecorder.stats] equals [`flashstats_hf.record_forward`][] on the
+same token ids (prompt then answer so far), field by field.
 
 Bookkeeping lives on the device (the token count, the answer slots, the buffers the statistics are
-written into), so a decode step on a :class:`transformers.StaticCache` can be captured in a CUDA graph;
-the host keeps a mirror of the token count for the shapes of :meth:`stats` and for caches whose key
+written into), so a decode step on a `transformers.StaticCache` can be captured in a CUDA graph;
+the host keeps a mirror of the token count for the shapes of `stats` and for caches whose key
 window moves (sliding-window layers), which cannot be captured.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from flashstats_kernels import ColumnState, LookupStats, RowStats, StatsRequest, decode_attention
@@ -28,6 +30,9 @@ from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
 from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices
 from flashstats_hf.types import ForwardStats
+
+if TYPE_CHECKING:
+    from transformers import Cache
 
 _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RowStats))
 
@@ -78,20 +83,20 @@ class CachedRecorder:
     """Answer-token statistics of a model that runs with a KV cache (generation or streamed chunks).
 
     Use it as a context manager around ``model.generate(...)`` (greedy or sampling, any Transformers
-    cache) or around :meth:`feed` calls. Positions ``>= prompt_len`` are answer tokens; the prompt rows
-    run unscored, as in :func:`flashstats_hf.record_forward`. Inputs are left-padded: every example's
-    prompt ends at ``prompt_len``.
+    cache) or around [`feed`][flashstats_hf.CachedRecorder.feed] calls. Positions ``>= prompt_len`` are answer
+    tokens; the prompt rows run unscored, as in [`flashstats_hf.record_forward`][]. Inputs are left-padded:
+    every example's prompt ends at ``prompt_len``.
 
     Args:
         model: a decoder-only causal LM with ``attn_implementation="attnstats"``, in eval mode.
         prompt_len: padded index of the first answer token (the prompt length ``P``).
         request: statistic families; tuple sink positions count from each example's first real token,
-            a ``[B, S]`` tensor gives padded positions (default :data:`flashstats_hf.DEFAULT_REQUEST`).
+            a ``[B, S]`` tensor gives padded positions (default [`flashstats_hf.DEFAULT_REQUEST`][]).
         layers: decoder layers to score (None: all).
         logits: compute the seven logit statistics (from the logits the model returns).
         hidden_layers: hidden states to keep at answer tokens, indexed as in ``record_forward``.
-        cache: the cache :meth:`feed` uses (None: a ``DynamicCache`` made on the first call); calls
-            made by others (``generate``) use theirs.
+        cache: the cache [`feed`][flashstats_hf.CachedRecorder.feed] uses (None: a ``DynamicCache`` made on
+            the first call); calls made by others (``generate``) use theirs.
         capacity: answer tokens to allocate for up front (buffers grow when exceeded, except inside a
             CUDA-graph capture: give the largest answer then).
         backend: kernel backend (``"auto"``: Triton on CUDA, PyTorch on CPU).
@@ -108,7 +113,7 @@ class CachedRecorder:
         layers: int | Sequence[int] | None = None,
         logits: bool = True,
         hidden_layers: int | Sequence[int] | None = None,
-        cache=None,
+        cache: Cache | None = None,
         capacity: int = 64,
         backend: str = "auto",
     ) -> None:
@@ -406,7 +411,7 @@ class CachedRecorder:
         return out.logits[:, -1]
 
     def stats(self) -> ForwardStats:
-        """Statistics of the answer tokens so far, as :func:`flashstats_hf.record_forward` returns them.
+        """Statistics of the answer tokens so far, as [`flashstats_hf.record_forward`][] returns them.
 
         Returns:
             ForwardStats of copies (later calls do not change them): rows / lookups ``[B, NL, Hq, A]``,

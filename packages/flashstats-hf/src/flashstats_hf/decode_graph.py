@@ -1,11 +1,11 @@
 """One decode step on a static cache, captured in a CUDA graph and replayed per token.
 
-:class:`GraphedDecodeStep` runs ``model(next_token)`` against a :class:`transformers.StaticCache`,
-with or without an active :class:`flashstats_hf.CachedRecorder`. The first calls run eagerly (they
-are real steps: autotuning, compilation, lazy allocation), then one is captured and every later call
-copies the token into the graph's static input and replays it. Everything a step reads that changes
-from step to step lives on the device: the cache length (the cache's own counter), the position ids
-(computed in the graph from it), the recorder's token count and answer slots. The host only counts.
+[`GraphedDecodeStep`][flashstats_hf.GraphedDecodeStep] runs ``model(next_token)`` against a
+`transformers.StaticCache`, with or without an active [`flashstats_hf.CachedRecorder`][]. The first calls run
+eagerly (they are real steps: autotuning, compilation, lazy allocation), then one is captured and every later
+call copies the token into the graph's static input and replays it. Everything a step reads that changes from
+step to step lives on the device: the cache length (the cache's own counter), the position ids (computed in
+the graph from it), the recorder's token count and answer slots. The host only counts.
 
 Scope: batch of left-padded examples whose prompts end together; caches whose layers are all
 full-attention ``StaticLayer`` (a sliding-window static layer keeps a host counter and changes code
@@ -14,9 +14,14 @@ path when it fills, so it cannot be replayed).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from flashstats_hf.cached import CachedRecorder
+
+if TYPE_CHECKING:
+    from transformers import StaticCache
 
 WARMUP_STEPS = 2
 """Eager steps before the capture (autotuning and first-call allocations happen outside the graph)."""
@@ -40,7 +45,7 @@ class GraphedDecodeStep:
     def __init__(
         self,
         model: torch.nn.Module,
-        cache,
+        cache: StaticCache,
         key_mask: torch.Tensor,
         *,
         recorder: CachedRecorder | None = None,

@@ -256,7 +256,7 @@ def _logit_block_static(
     answer_pos: torch.Tensor,
     answer_mask: torch.Tensor,
 ) -> torch.Tensor:
-    """:func:`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
+    """`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
 
     Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, 7] float32``.
     """
@@ -326,11 +326,11 @@ def record_forward(
 ) -> ForwardStats:
     """Runs one teacher-forced forward and returns the statistics of the answer tokens.
 
-    The model must use the ``"attnstats"`` attention implementation (:func:`flashstats_hf.load_model`
+    The model must use the ``"attnstats"`` attention implementation ([`flashstats_hf.load_model`][]
     sets it; otherwise ``from_pretrained(..., attn_implementation="attnstats")`` or
     ``model.set_attn_implementation("attnstats")``) and be in eval mode. On each scored layer, prompt
     rows run on PyTorch SDPA and the last ``R`` rows (``R`` = longest answer) on
-    :func:`flashstats_kernels.response_attention`; other layers run plain SDPA. Layers that cannot be
+    [`flashstats_kernels.response_attention`][]; other layers run plain SDPA. Layers that cannot be
     scored (non-causal, cross-attention, custom mask patterns) run unscored with a warning and are
     left out of ``ForwardStats.layers``. The LM head is applied only at the positions that predict
     answer tokens.
@@ -345,7 +345,7 @@ def record_forward(
             first real token; a ``[B, S]`` tensor gives padded positions.
         layers: indices of the decoder layers to score (negative ones count from the end); None
             scores every layer.
-        logits: whether to compute the seven logit statistics (:data:`flashstats_hf.LOGIT_STAT_NAMES`).
+        logits: whether to compute the seven logit statistics ([`flashstats_hf.LOGIT_STAT_NAMES`][]).
         hidden_layers: hidden states to keep at answer tokens, indexed like Transformers'
             ``output_hidden_states``: 0 = embeddings, ``i`` = output of decoder layer ``i - 1``, the last
             index (``num_layers``) after the final norm; negative indices count from the end. None keeps none.
@@ -357,7 +357,7 @@ def record_forward(
             the ``[B, 1, L, L]`` masks of a padded batch.
 
     Returns:
-        ForwardStats with answer-aligned statistics (see :class:`flashstats_hf.ForwardStats`), on the
+        ForwardStats with answer-aligned statistics (see [`flashstats_hf.ForwardStats`][]), on the
         model's device (inputs are moved there).
 
     Shape:
