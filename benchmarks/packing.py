@@ -190,11 +190,10 @@ def time_workloads(model, kind: str, loads: dict, csv: LongCsv) -> list[list[obj
             for _ in range(2 if workload == "mix" else 1):
                 got = measure(model, loads[workload], method)
             csv.add(model=kind, workload=workload, method=method, **got)
-            speed = f"{got['tokens_per_s']:.0f}"
+            speed, peak = f"{got['tokens_per_s']:.0f}", f"{got['peak_gib']:.2f}"
             rows.append(
-                [kind, workload, method, got["batches"], f"{got['seconds']:.3f}", speed, f"{got['peak_gib']:.2f}",
-                 got["oom"]]
-            )  # fmt: skip
+                [kind, workload, method, got["batches"], f"{got['seconds']:.3f}", speed, peak, got["oom"]]
+            )
             print(rows[-1], flush=True)
     return rows
 
