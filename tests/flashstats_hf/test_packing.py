@@ -52,8 +52,9 @@ def test_packed_equals_padded(helpers, case):
 
 def test_packed_forward_builds_no_mask_and_calls_no_sdpa(helpers, monkeypatch):
     """With the Triton backend every layer runs the varlen kernels: no padded mask, no dense mask, no SDPA."""
-    model, _ = helpers.tiny_models("gemma2")
-    ids, mask, start = helpers.padded_batch([9, 5], [3, 2])
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernels interpreted
+    model, _ = helpers.tiny_models("gemma2", device)
+    ids, mask, start = helpers.padded_batch([9, 5], [3, 2], device=device)
     args = dict(response_start=start, attention_mask=mask, request=REQUEST, hidden_layers=[1])
     padded = record_forward(model, ids, pack=False, **args)
 
