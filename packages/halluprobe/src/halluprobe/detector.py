@@ -20,11 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from halluprobe.blocks import Standardizer, block_from_state
+
+if TYPE_CHECKING:
+    from halluprobe.extract import ProxyExtractor
 from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
@@ -77,7 +80,7 @@ class Detector:
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
-        self._extractor = None
+        self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
         """Write ``path/detector.json`` and ``path/detector.safetensors`` (atomically); returns ``path``."""
