@@ -27,6 +27,8 @@ import numpy as np
 from halluprobe.blocks import Standardizer, block_from_state
 
 if TYPE_CHECKING:
+    from flashstats_hf import ForwardStats
+
     from halluprobe.extract import ProxyExtractor
 from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
@@ -190,7 +192,7 @@ class Detector:
         fs = ext.forward([(ids, start)])
         return self.score_stats(fs, [ext.tokenizer.decode([t]) for t in ids[start:]])
 
-    def score_stats(self, fs, tokens: list[str]) -> Prediction:
+    def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
         """Score the statistics of one answer (batch of 1) from any recording path.
 
         [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
