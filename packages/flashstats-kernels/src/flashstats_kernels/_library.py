@@ -148,8 +148,17 @@ def forward_triton(
     softcap: float | None,
     window: int | None,
     rows: bool,
+    varlen: Any = None,
 ) -> tuple[Tensor, Tensor, RowStats | None]:
-    """:func:`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``."""
+    """:func:`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``.
+
+    Packed (``varlen``) launches call the launcher directly: they are not registered as ops yet.
+    """
+    if varlen is not None:
+        return _fused("forward").forward_triton(
+            q, k, v, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
+            rows=rows, varlen=varlen,
+        )  # fmt: skip
     out, lse, stats = forward_op(q, k, v, key_mask, prompt_len, scale, softcap, window, rows)
     if not rows:
         return out, lse, None
@@ -168,8 +177,14 @@ def lookups_triton(
     window: int | None,
     sink_positions: Tensor,
     diag_eps: float,
+    varlen: Any = None,
 ) -> LookupStats:
     """:func:`flashstats_kernels.ops.lookups.fused.lookups_triton` through ``flashstats::lookups``."""
+    if varlen is not None:  # packed launches: not registered as ops yet
+        return _fused("lookups").lookups_triton(
+            q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
+            sink_positions=sink_positions, diag_eps=diag_eps, varlen=varlen,
+        )  # fmt: skip
     diag, prev, sinks = lookups_op(
         q, k, lse, sink_positions, key_mask, prompt_len, scale, softcap, window, diag_eps
     )
@@ -186,7 +201,13 @@ def columns_triton(
     scale: float,
     softcap: float | None,
     window: int | None,
+    varlen: Any = None,
 ) -> ColumnStats:
     """:func:`flashstats_kernels.ops.columns.fused.columns_triton` through ``flashstats::columns``."""
+    if varlen is not None:  # packed launches: not registered as ops yet
+        return _fused("columns").columns_triton(
+            q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
+            varlen=varlen,
+        )  # fmt: skip
     col_sum, col_mean = columns_op(q, k, lse, key_mask, prompt_len, scale, softcap, window)
     return ColumnStats(sum=col_sum, mean=col_mean)
