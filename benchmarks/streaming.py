@@ -209,7 +209,8 @@ def write_table(csv_path: Path, md_path: Path, meta: dict) -> None:
         if provider == base_name or (shape, bench, ctx, base_name) not in by:
             continue
         base = by[(shape, bench, ctx, base_name)]
-        what = (
+        n = tokens[(shape, bench, ctx)]
+        what = "decode step, graphed" if bench == "decode" else f"follow {n} tokens in chunks"
             "decode step (graphed, static cache)"
             if bench == "decode"
             else "follow 256 tokens in chunks of 16"
