@@ -211,10 +211,6 @@ def write_table(csv_path: Path, md_path: Path, meta: dict) -> None:
         base = by[(shape, bench, ctx, base_name)]
         n = tokens[(shape, bench, ctx)]
         what = "decode step, graphed" if bench == "decode" else f"follow {n} tokens in chunks"
-            "decode step (graphed, static cache)"
-            if bench == "decode"
-            else "follow 256 tokens in chunks of 16"
-        )
         ratio = ms / base
         lines.append(
             f"| {shape} | {what} | {ctx} | {base:.3f} | {ms:.3f} | {ratio:.2f}x | <= {target:.2f}x | "
