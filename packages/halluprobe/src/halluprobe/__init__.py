@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
+    from halluprobe.streaming import StreamingScorer, StreamUpdate
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,8 @@ _EXPORTS = {
     "train_feature_sets": "protocol",
     "ExampleRecord": "records",
     "reduce_forward": "records",
+    "StreamingScorer": "streaming",
+    "StreamUpdate": "streaming",
 }
 
 __all__ = [
@@ -68,6 +71,8 @@ __all__ = [
     "ProxyExtractor",
     "RAUQ",
     "SinkProbe",
+    "StreamUpdate",
+    "StreamingScorer",
     "TOHA",
     "extract_records",
     "fit_blocks",

@@ -171,7 +171,7 @@ class ProxyExtractor:
         return {
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
-            "hidden_layers": list(self.hidden_layers),
+            "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
         }
 
