@@ -206,17 +206,21 @@ def _subsample(part, limit: int) -> list:
 
 
 def _setup(args):
-    """Dataset, extractor and cache of a run."""
+    """Dataset, extractor, cache and distributed world of a run (``torchrun`` starts one per device)."""
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
+    from halluprobe.distributed import init_world
     from halluprobe.extract import ProxyExtractor
 
     device = clikit.resolve_device(args.device)
+    args.world = init_world(device)
+    device = args.world.device(device)
     ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
-    clikit.status(
-        f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test"
-    )
+    if args.world.main:
+        clikit.status(
+            f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test"
+        )
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     model, tok = load_model(args.proxy, device=device)
@@ -242,24 +246,37 @@ def _extract_split(ds, ext, cache, split: str, args):
         length=ext.length,
         progress=not clikit.is_quiet(),
         desc=split,
+        world=args.world,
     )
 
 
 def cmd_extract(args) -> int:
     """``halluprobe extract``."""
+    from halluprobe.distributed import close_world
+
     ds, ext, cache = _setup(args)
-    for split in ("train", "validation", "test"):
-        _extract_split(ds, ext, cache, split, args)
-    clikit.status(f"{len(cache)} records in {cache.root}")
+    try:
+        for split in ("train", "validation", "test"):
+            _extract_split(ds, ext, cache, split, args)
+    finally:
+        close_world(args.world)
+    if args.world.main:
+        clikit.status(f"{len(cache)} records in {cache.root}")
     return 0
 
 
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
+    from halluprobe.distributed import close_world
     from halluprobe.training import run_training
 
     ds, ext, cache = _setup(args)
-    records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
+    try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
+        records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
+    finally:
+        close_world(args.world)
+    if not args.world.main:
+        return 0
     sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     table = run_training(
         ds,
