@@ -15,11 +15,22 @@ if TYPE_CHECKING:
     from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
     from halluprobe.cache import FeatureCache
     from halluprobe.detector import Detector, Prediction
-    from halluprobe.detectors import INTRYGUE, RAUQ, TOHA, LLMCheckAttention, LookbackLens, SinkProbe, mtopdiv
+    from halluprobe.detectors import (
+        INTRYGUE,
+        RAUQ,
+        TOHA,
+        LLMCheckAttention,
+        LookbackLens,
+        LookbackLensHeads,
+        SinkProbe,
+        SinkRate,
+        mtopdiv,
+    )
     from halluprobe.extract import ProxyExtractor, extract_records
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
+    from halluprobe.selection import Selection, select_a7, select_l9
 
 __version__ = "0.1.0"
 
@@ -37,7 +48,9 @@ _EXPORTS = {
     "TOHA": "detectors",
     "LLMCheckAttention": "detectors",
     "LookbackLens": "detectors",
+    "LookbackLensHeads": "detectors",
     "SinkProbe": "detectors",
+    "SinkRate": "detectors",
     "mtopdiv": "detectors",
     "ProxyExtractor": "extract",
     "extract_records": "extract",
@@ -50,6 +63,9 @@ _EXPORTS = {
     "train_feature_sets": "protocol",
     "ExampleRecord": "records",
     "reduce_forward": "records",
+    "Selection": "selection",
+    "select_a7": "selection",
+    "select_l9": "selection",
 }
 
 __all__ = [
@@ -63,11 +79,14 @@ __all__ = [
     "L9Block",
     "LLMCheckAttention",
     "LookbackLens",
+    "LookbackLensHeads",
     "Prediction",
     "ProbeFit",
     "ProxyExtractor",
     "RAUQ",
+    "Selection",
     "SinkProbe",
+    "SinkRate",
     "TOHA",
     "extract_records",
     "fit_blocks",
@@ -76,7 +95,9 @@ __all__ = [
     "parse_feature_set",
     "rank_heads",
     "reduce_forward",
+    "select_a7",
     "select_heads",
+    "select_l9",
     "select_sink_count",
     "train_feature_sets",
 ]
