@@ -25,7 +25,7 @@ def format_example(
     The chat template renders the user turn with the generation prompt (thinking off, via
     ``enable_thinking=False``, where the template has the switch) followed by the answer; the
     sequence ends with the answer's last token (no end-of-turn token), so the answer is the last
-    ``len(ids) - response_start`` tokens, as :func:`flashstats_hf.record_forward` expects.
+    ``len(ids) - response_start`` tokens, as [`flashstats_hf.record_forward`][] expects.
 
     Args:
         tokenizer: a Transformers tokenizer with a chat template.
@@ -50,10 +50,9 @@ def format_example(
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template")
     user = user_template.format(context=context, question=question) if question else context
     messages = [{"role": "user", "content": user}]
-    render = dict(tokenize=False, enable_thinking=False)
-    prefix = tokenizer.apply_chat_template(messages, add_generation_prompt=True, **render)
-    full = tokenizer.apply_chat_template(
-        [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False, **render
+    prefix = _render(tokenizer, messages, add_generation_prompt=True)
+    full = _render(
+        tokenizer, [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False
     )
     if not full.startswith(prefix):
         raise ValueError("the chat template does not render the assistant turn after its generation prompt")
@@ -68,10 +67,22 @@ def format_example(
     if ids[: len(prompt_ids)] != prompt_ids:  # a token merged across the boundary: keep them apart
         ids = prompt_ids + _encode(tokenizer, body)
     start = len(prompt_ids)
-    decoded = tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False)
+    decoded = str(tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False))
     if start == len(ids) or decoded.strip() != body.strip():
         raise ValueError(f"answer tokens decode to {decoded!r}, expected {body!r}")
     return ids, start
+
+
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], add_generation_prompt: bool
+) -> str:
+    """The chat rendered as text (``enable_thinking=False`` for templates that read it)."""
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, enable_thinking=False
+    )
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+    return text
 
 
 def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
@@ -80,7 +91,7 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 @dataclass
 class Batch:
-    """Left-padded teacher-forced inputs, ready for :func:`flashstats_hf.record_forward`."""
+    """Left-padded teacher-forced inputs, ready for [`flashstats_hf.record_forward`][]."""
 
     input_ids: torch.Tensor
     """``[B, L] int64``: token ids, padding on the left."""
@@ -95,7 +106,9 @@ class Batch:
 
 
 def collate(examples: Sequence[tuple[Sequence[int], int]], pad_token_id: int = 0) -> Batch:
-    """Left-pads ``(input_ids, response_start)`` pairs (as :func:`format_example` returns) into a batch.
+    """Left-pad ``(input_ids, response_start)`` pairs into a batch.
+
+    The pairs are what [`format_example`][flashstats_hf.format_example] returns.
 
     Args:
         examples: pairs of token ids and the index of the first answer token.

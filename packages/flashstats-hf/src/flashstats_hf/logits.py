@@ -4,7 +4,7 @@ Let ``q_t`` be the model's next-token distribution at the position that predicts
 ``y_t`` and ``q_t^(r)`` its ``r``-th largest probability. Six statistics are scalars and the seventh
 is the vector of the top-``TOP_RANKS`` probabilities, one column per rank (the paper's Appendix L.2:
 pooled four ways over the answer tokens, these 56 columns give L9's 224 candidates). In the order of
-:data:`LOGIT_STAT_NAMES`:
+[`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES]:
 
 - ``answer_logprob``: ``log q_t(y_t)``, the teacher-forced log-likelihood of the answer token
   (higher: the model finds the token more plausible).
@@ -50,7 +50,8 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         targets: [N] int64. The token that follows each position (the answer token).
 
     Returns:
-        ``[N, 6 + TOP_RANKS] float32``, columns in the order of :data:`LOGIT_STAT_NAMES`.
+        ``[N, 6 + TOP_RANKS] float32``, columns in the order of
+        [`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES].
 
     Shape:
         - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 56]``.

@@ -1,8 +1,8 @@
 """Feature blocks A7, A64, H64 and L9 (paper Section 5.2), fitted on training records only.
 
-Every block maps a list of :class:`~halluprobe.records.ExampleRecord` to a ``[n, d]`` float64
+Every block maps a list of [`ExampleRecord`][halluprobe.ExampleRecord] to a ``[n, d]`` float64
 matrix. Fitted state is plain numpy arrays plus a JSON-able config, so a trained detector saves
-without pickle (:meth:`Block.state` / :func:`block_from_state`).
+without pickle (`Block.state` / `block_from_state`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ statistics (maximum weight, effective support, entropy, the lookback ratio built
 the previous-token weight), the BOS sink rate and the log-diagonal."""
 
 HEAD_FEATURES: tuple[str, ...] = tuple(f"{s}.{p}" for s in HEAD_STATS for p in POOLS)
-"""Every pooled head statistic an A7 block accepts (a superset of :data:`A7_CANDIDATES`)."""
+"""Every pooled head statistic an A7 block accepts (a superset of `A7_CANDIDATES`)."""
 
 L9_CANDIDATES: tuple[str, ...] = tuple(f"{s}.{p}" for s in LOGIT_STAT_NAMES for p in POOLS)
 """The paper's 224 logit candidates (Appendix L.2): four poolings of six scalar statistics and of
@@ -42,11 +42,11 @@ def _packaged_selection(block: str) -> tuple[str, ...]:
 
 
 A7_SELECTION: tuple[str, ...] = _packaged_selection("A7")
-"""The seven A7 features used by default: chosen once by :func:`halluprobe.selection.select_a7` and
+"""The seven A7 features used by default: chosen once by `halluprobe.selection.select_a7` and
 stored with how they were obtained in ``halluprobe/selections/a7.json`` (see its ``provenance``)."""
 
 L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
-"""The nine L9 features used by default, selected once by :func:`halluprobe.selection.select_l9` and
+"""The nine L9 features used by default, selected once by `halluprobe.selection.select_l9` and
 frozen (``halluprobe/selections/l9.json``); never refit on a training split."""
 
 BLOCK_NAMES: tuple[str, ...] = ("A7", "A64", "H64", "L9")
@@ -119,8 +119,8 @@ class A7Block(Block):
     """Selected statistics of the top-K induction heads, each averaged across the heads.
 
     Config: ``heads`` (flat indices into the ``NL * H`` scored heads), ``features`` (names from
-    :data:`HEAD_FEATURES`; default the packaged selection :data:`A7_SELECTION` from the paper's
-    candidates :data:`A7_CANDIDATES`).
+    `HEAD_FEATURES`; default the packaged selection `A7_SELECTION` from the paper's candidates
+    `A7_CANDIDATES`).
     """
 
     name = "A7"
@@ -198,11 +198,11 @@ class H64Block(_ProjectedBlock):
 
 
 class L9Block(Block):
-    """Pooled logit statistics, a fixed selection of :data:`L9_CANDIDATES` (nothing fitted per split).
+    """Pooled logit statistics, a fixed selection of `L9_CANDIDATES` (nothing fitted per split).
 
     The paper selects its nine once and reuses them on every dataset and proxy (Appendix L.1); the
-    default is the packaged selection :data:`L9_SELECTION` (:func:`halluprobe.selection.select_l9`).
-    Config: ``features`` (names ``"<statistic>.<pool>"`` from :data:`L9_CANDIDATES`).
+    default is the packaged selection `L9_SELECTION` (`halluprobe.selection.select_l9`).
+    Config: ``features`` (names ``"<statistic>.<pool>"`` from `L9_CANDIDATES`).
     """
 
     name = "L9"
@@ -239,7 +239,7 @@ _BLOCKS = {c.name: c for c in (A7Block, A64Block, H64Block, L9Block)}
 
 
 def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Block:
-    """Rebuild a fitted block from :meth:`Block.state` output (no code is run from the file)."""
+    """Rebuild a fitted block from `Block.state` output (no code is run from the file)."""
     config = dict(config)
     name = config.pop("name", None)
     if name not in _BLOCKS:

@@ -10,13 +10,18 @@ are short, so the dense map is cheap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @torch.no_grad()
 def induction_scores(
-    model: torch.nn.Module, *, block: int = 40, n_seqs: int = 4, seed: int = 0
+    model: PreTrainedModel, *, block: int = 40, n_seqs: int = 4, seed: int = 0
 ) -> np.ndarray:
     """``[n_layers, H] float64`` mean induction attention of every head of every layer.
 
@@ -49,7 +54,7 @@ def rank_heads(scores: np.ndarray, layers: tuple[int, ...]) -> list[int]:
     """Flat indices into the ``len(layers) * H`` scored heads, strongest induction head first.
 
     Args:
-        scores: ``[n_layers, H]`` from :func:`induction_scores`.
+        scores: ``[n_layers, H]`` from [`induction_scores`][halluprobe.induction_scores].
         layers: The scored layers, in the order of the records' layer axis.
     """
     sub = np.asarray(scores)[list(layers)]

@@ -1,19 +1,20 @@
 """The paper's training protocol (Section 5.3, Appendix L.3).
 
 - Each feature set feeds a class-balanced L2 logistic regression (liblinear) on standardised
-  features; ``C`` in :data:`CS` is chosen by validation AUROC, then the threshold by validation F1.
+  features; ``C`` in `CS` is chosen by validation AUROC, then the threshold by validation F1.
 - Ties go to the smaller ``K`` and ``C`` and, for the threshold, to the higher one.
-- ``K`` (A7's number of induction heads) in :data:`KS` is chosen by the validation AUROC of A7 alone.
+- ``K`` (A7's number of induction heads) in `KS` is chosen by the validation AUROC of A7 alone.
 - ``k`` (A64's sink values per head) in ``1..10`` by grouped five-fold cross-validation on train.
 - A7's and L9's features are a fixed selection (default: the packaged ones, chosen once by
-  :mod:`halluprobe.selection`), never reselected on a training split.
-- Nothing is refit on train + validation. Metrics come from :mod:`halubench_data.metrics`.
+  `halluprobe.selection`), never reselected on a training split.
+- Nothing is refit on train + validation. Metrics come from `halubench_data.metrics`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -103,12 +104,14 @@ def fit_blocks(
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(val) for b in blocks]))
     m = _metrics()
-    best = None
+    best: tuple[float, float, Any] | None = None
     for c in sorted(cs):
         lr = _logreg(c).fit(z_tr, y_train)
         score = float(m.auroc(lr.decision_function(z_va), y_val))
         if best is None or score > best[0]:
             best = (score, c, lr)
+    if best is None:
+        raise ValueError("cs must hold at least one regularisation strength C")
     score, c, lr = best
     p_val = lr.predict_proba(z_va)[:, list(lr.classes_).index(1)]
     threshold = float(m.select_threshold(p_val, y_val))
@@ -168,7 +171,7 @@ def select_sink_count(
     m = _metrics()
     scores: dict[int, float] = {}
     for k in range(1, MAX_SINKS + 1):
-        per_c = {c: [] for c in cs}
+        per_c: dict[float, list[float]] = {c: [] for c in cs}
         for tr, te in splits:
             if len(set(y[te])) < 2 or len(set(y[tr])) < 2:
                 continue

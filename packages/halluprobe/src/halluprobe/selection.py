@@ -4,19 +4,19 @@ The paper chose its seven A7 and nine L9 features once, by grouped five-fold cro
 training split (TRIVIA+ with Qwen3-4B), and reused them on every dataset and proxy without repeating
 the selection. Here:
 
-- :func:`cv_auroc`: grouped ``folds``-fold cross-validated AUROC of a class-balanced L2 logistic
+- `cv_auroc`: grouped ``folds``-fold cross-validated AUROC of a class-balanced L2 logistic
   regression (liblinear) on standardised features (standardiser fit inside every fold), the best mean
   fold AUROC over ``C``; ties go to the smaller ``C``.
-- :func:`select_a7`: ``K`` (induction heads) by :func:`cv_auroc` of all 22 candidates, then forward
+- `select_a7`: ``K`` (induction heads) by `cv_auroc` of all 22 candidates, then forward
   selection: starting from nothing, add the candidate whose addition has the highest CV AUROC, until
   ``n_features``. Ties (equal AUROC) go to the smaller ``K`` and to the candidate listed first in
-  :data:`~halluprobe.blocks.A7_CANDIDATES` (means before spreads and extremes, then the paper's order
+  `halluprobe.blocks.A7_CANDIDATES` (means before spreads and extremes, then the paper's order
   of statistics: the simpler representation).
-- :func:`select_l9`: for each ``C``, recursive feature elimination (one feature at a time) on the
+- `select_l9`: for each ``C``, recursive feature elimination (one feature at a time) on the
   standardised 224 candidates down to ``n_features``; the ``C`` whose kept set has the highest CV AUROC
   wins (ties to the smaller ``C``).
 
-A :class:`Selection` is saved as JSON with its provenance; the packaged defaults are
+A `Selection` is saved as JSON with its provenance; the packaged defaults are
 ``halluprobe/selections/a7.json`` and ``l9.json``.
 """
 
@@ -147,7 +147,7 @@ def forward_select(
     folds: int = 5,
     cs: Sequence[float] = CS,
 ) -> tuple[list[int], list[dict[str, Any]]]:
-    """Greedy forward selection of ``n_features`` columns of ``x`` by :func:`cv_auroc`.
+    """Greedy forward selection of ``n_features`` columns of ``x`` by `cv_auroc`.
 
     Ties go to the column listed first. Returns the chosen column indices (in the order chosen) and
     the path: per step the added feature, its CV AUROC and ``C``.
@@ -268,7 +268,7 @@ def run_selection(
         records: Records of the selection split.
         y: Their labels.
         groups: Their groups.
-        ext: The :class:`~halluprobe.extract.ProxyExtractor` that made them (A7 ranks its induction heads).
+        ext: The `halluprobe.extract.ProxyExtractor` that made them (A7 ranks its induction heads).
         n_features: Features kept.
         data: Where the records come from (dataset, split, proxy, ...), stored in the provenance.
     """

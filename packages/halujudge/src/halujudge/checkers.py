@@ -52,6 +52,7 @@ class _PairScorer:
 
     name = "checker"
     model_id = "checker"
+    tokenizer: Any
     batch_size = 8
     include_question = True
 
@@ -95,7 +96,7 @@ class _PairScorer:
             progress: show a progress bar.
 
         Returns:
-            scores: [N] float64 in [0, 1]. Higher = more likely hallucinated.
+            ``[N] float64`` in [0, 1]; higher = more likely hallucinated.
         """
         scores = np.full(len(examples), np.nan)
         bar = tqdm(total=len(examples), desc=self.name, disable=not progress, leave=False)
@@ -126,8 +127,8 @@ class MiniCheck(_PairScorer):
     MiniCheck's own scorer and the paper (Appendix L.5): each (chunk, answer) pair gets a support
     probability, the answer keeps its highest support over chunks, and the score is one minus that (higher =
     more likely hallucinated). With ``claims="sentences"`` the answer is first split into sentences
-    (:func:`~halujudge.text.split_sentences`), each sentence keeps its highest support over chunks and the
-    answer the lowest over sentences: a stricter variant (one unsupported sentence is enough), not the
+    ([`split_sentences`][halujudge.split_sentences]), each sentence keeps its highest support over chunks and
+    the answer the lowest over sentences: a stricter variant (one unsupported sentence is enough), not the
     published one.
 
     Input conventions by ``style``:
@@ -322,6 +323,7 @@ class HHEM(_PairScorer):
         Raises:
             WeightsNotFoundError: naming the missing file and the download that provides it.
         """
+        import torch
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoTokenizer, T5ForTokenClassification
 
@@ -344,7 +346,7 @@ class HHEM(_PairScorer):
                 f"{weights} does not match T5ForTokenClassification({source.name}): missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}"
             )
-        return cls(net.to(device).eval(), tokenizer, model_id="HHEM-2.1-Open", **kwargs)
+        return cls(torch.nn.Module.to(net, device).eval(), tokenizer, model_id="HHEM-2.1-Open", **kwargs)
 
     def _settings(self) -> str:
         return f"hhem max_tokens={self.max_tokens}"
