@@ -209,7 +209,7 @@ def recorded_forward(
         layers: scored layer indices, in output order.
         pooled: reduce every statistic to `POOL_NAMES` inside each layer.
         position_ids: [1, L] int64 (bucketed plans), or None for ``0 .. L - 1``.
-        logits: compute the logit statistics (:data:`LOGIT_STAT_NAMES`, V columns) on every answer slot.
+        logits: compute the logit statistics (`LOGIT_STAT_NAMES`, V columns) on every answer slot.
         hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
 
     Returns:

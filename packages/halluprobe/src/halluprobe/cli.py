@@ -285,9 +285,15 @@ def cmd_select(args) -> int:
     ds, ext, cache = _setup(args)
     records = _extract_split(ds, ext, cache, args.split, args.batch_size)
     part = ds.split(args.split)
-    data = {"dataset": args.dataset, "dataset_name": ds.name, "split": args.split, "limit": args.limit,
-            "proxy": args.proxy or "default (SmolLM2-135M-Instruct)", "device": _device(args.device),
-            "layers": args.layers or "all"}  # fmt: skip
+    data = {
+        "dataset": args.dataset,
+        "dataset_name": ds.name,
+        "split": args.split,
+        "limit": args.limit,
+        "proxy": args.proxy or "default (SmolLM2-135M-Instruct)",
+        "device": clikit.resolve_device(args.device),
+        "layers": args.layers or "all",
+    }
     sel = run_selection(
         block, records, np.asarray(part.labels), list(part.groups), ext, args.n_features, data
     )
