@@ -26,11 +26,13 @@ if TYPE_CHECKING:
         SinkRate,
         mtopdiv,
     )
-    from halluprobe.extract import ProxyExtractor, extract_records
+    from halluprobe.distributed import World, init_world, shard_batches
+    from halluprobe.extract import ProxyExtractor, extract_records, plan_batches
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
     from halluprobe.selection import Selection, select_a7, select_l9
+    from halluprobe.streaming import StreamingScorer, StreamUpdate
 
 __version__ = "0.1.0"
 
@@ -54,6 +56,10 @@ _EXPORTS = {
     "mtopdiv": "detectors",
     "ProxyExtractor": "extract",
     "extract_records": "extract",
+    "plan_batches": "extract",
+    "World": "distributed",
+    "init_world": "distributed",
+    "shard_batches": "distributed",
     "induction_scores": "induction",
     "rank_heads": "induction",
     "ProbeFit": "protocol",
@@ -66,6 +72,8 @@ _EXPORTS = {
     "Selection": "selection",
     "select_a7": "selection",
     "select_l9": "selection",
+    "StreamingScorer": "streaming",
+    "StreamUpdate": "streaming",
 }
 
 __all__ = [
@@ -87,18 +95,24 @@ __all__ = [
     "Selection",
     "SinkProbe",
     "SinkRate",
+    "StreamUpdate",
+    "StreamingScorer",
     "TOHA",
+    "World",
     "extract_records",
     "fit_blocks",
     "induction_scores",
+    "init_world",
     "mtopdiv",
     "parse_feature_set",
+    "plan_batches",
     "rank_heads",
     "reduce_forward",
     "select_a7",
     "select_heads",
     "select_l9",
     "select_sink_count",
+    "shard_batches",
     "train_feature_sets",
 ]
 
