@@ -33,8 +33,11 @@ if TYPE_CHECKING:
 from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
-FORMAT_VERSION = 1
-"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it."""
+FORMAT_VERSION = 2
+"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
+
+Version 2 (issue 16): L9 stores its fixed feature names (version 1 stored a per-split RFE over the
+seven old logit statistics, which records no longer hold)."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 

@@ -180,7 +180,10 @@ class ProxyExtractor:
     @property
     def settings(self) -> dict[str, Any]:
         """What the records depend on (stored in the cache index)."""
+        from flashstats_hf import LOGIT_STAT_NAMES
+
         return {
+            "logit_stats": len(LOGIT_STAT_NAMES),
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
             "hidden_layers": list(self.hidden_layers or ()),
