@@ -7,6 +7,7 @@ so ``halluprobe --help`` is fast; every command imports what it needs inside its
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -475,9 +476,26 @@ COMMANDS = {
 }
 
 
+PARALLEL_COMMANDS = ("extract", "train")
+"""Commands that run under ``torchrun`` (data-parallel extraction); the others refuse to."""
+
+
+def _one_process(name: str, command):
+    def run(args) -> int:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"`halluprobe {name}` runs in one process; under torchrun only "
+                f"{' and '.join(PARALLEL_COMMANDS)} run"
+            )
+        return command(args)
+
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
-    return clikit.run(build_parser(), COMMANDS, argv)
+    commands = {n: c if n in PARALLEL_COMMANDS else _one_process(n, c) for n, c in COMMANDS.items()}
+    return clikit.run(build_parser(), commands, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
