@@ -257,7 +257,7 @@ def cmd_evaluate(args) -> int:
         length=ext.length,
         progress=not clikit.is_quiet(),
     )
-    scores = det.fit.predict_proba(recs)
+    scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
     print(results_table({f"{det.fit.feature_set} ({args.split})": res}))
     return 0
