@@ -71,7 +71,7 @@ class ColumnStats:
 
 @dataclass
 class AttentionResult:
-    """What :func:`flashstats_kernels.response_attention` returns."""
+    """What [`flashstats_kernels.response_attention`][] returns."""
 
     out: torch.Tensor
     """``[B, Hq, R, D]`` in the dtype of ``q``: the attention output of the response rows."""

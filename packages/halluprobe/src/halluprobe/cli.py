@@ -1,6 +1,6 @@
 """``halluprobe``: extract features, train and evaluate detectors, score one answer.
 
-The parser is built by :func:`build_parser` without importing torch, Transformers or scikit-learn,
+The parser is built by `build_parser` without importing torch, Transformers or scikit-learn,
 so ``halluprobe --help`` is fast; every command imports what it needs inside its function.
 """
 
@@ -18,6 +18,8 @@ DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H6
 DEFAULT_OUT = "runs/default"
 CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
 """halubench-data claim-level sets, built by ``build_claims(name, path)``."""
+DEFAULT_TOKEN_BUDGET = 16384
+"""Tokens per proxy forward (``--token-budget``): batches are packed up to it."""
 DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
@@ -41,7 +43,12 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     )
     clikit.add_device_arg(p)
     p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
-    p.add_argument("--batch-size", type=int, default=8, help="examples per proxy forward (default: 8)")
+    p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
+    p.add_argument(
+        "--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET,
+        help="most tokens per proxy forward: examples sorted by length are packed up to it (a longer "
+        f"example runs alone; default {DEFAULT_TOKEN_BUDGET})",
+    )  # fmt: skip
     p.add_argument(
         "--graphs", action="store_true",
         help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 answer "
@@ -189,7 +196,7 @@ def _setup(args):
     return ds, ext, cache
 
 
-def _extract_split(ds, ext, cache, split: str, batch_size: int):
+def _extract_split(ds, ext, cache, split: str, args):
     from halluprobe.extract import extract_records
 
     part = ds.split(split)
@@ -197,7 +204,8 @@ def _extract_split(ds, ext, cache, split: str, batch_size: int):
         part.examples,
         ext,
         cache,
-        batch_size=batch_size,
+        batch_size=args.batch_size,
+        token_budget=args.token_budget,
         length=ext.length,
         progress=not clikit.is_quiet(),
         desc=split,
@@ -208,7 +216,7 @@ def cmd_extract(args) -> int:
     """``halluprobe extract``."""
     ds, ext, cache = _setup(args)
     for split in ("train", "validation", "test"):
-        _extract_split(ds, ext, cache, split, args.batch_size)
+        _extract_split(ds, ext, cache, split, args)
     clikit.status(f"{len(cache)} records in {cache.root}")
     return 0
 
@@ -218,7 +226,7 @@ def cmd_train(args) -> int:
     from halluprobe.training import run_training
 
     ds, ext, cache = _setup(args)
-    records = {s: _extract_split(ds, ext, cache, s, args.batch_size) for s in ("train", "validation", "test")}
+    records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
     sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     table = run_training(
         ds,
@@ -254,6 +262,7 @@ def cmd_evaluate(args) -> int:
         ext,
         cache,
         batch_size=args.batch_size,
+        token_budget=args.token_budget,
         length=ext.length,
         progress=not clikit.is_quiet(),
     )
@@ -282,7 +291,7 @@ COMMANDS = {"extract": cmd_extract, "train": cmd_train, "evaluate": cmd_evaluate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``halluprobe`` command (exit status as in :mod:`halubench_data.clikit`)."""
+    """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
     return clikit.run(build_parser(), COMMANDS, argv)
 
 

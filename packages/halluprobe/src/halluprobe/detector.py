@@ -5,14 +5,14 @@ On disk a detector is a folder with two files:
 - ``detector.json``: format version, proxy, scored and hidden layers, the feature recipe (feature
   set, each block's config, ``C``, threshold, selections), package versions, the SHA-256 of the
   tensor file, and ``integrity``: the SHA-256 of all of the above (see
-  :func:`halluprobe.detector_file.document_digest`).
+  `halluprobe.detector_file.document_digest`).
 - ``detector.safetensors``: every fitted array (block scalers, PCA components, RFE selection,
   final scaler, logistic weights).
 
-:meth:`Detector.load` parses JSON and safetensors only, so loading never runs code from the files.
-It opens only regular files of bounded size (no links, FIFOs or devices), and rejects another
-format version, any edit to either file, a field of the wrong type or range, and any non-finite
-array or array whose shape the metadata does not promise.
+[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code
+from the files. It opens only regular files of bounded size (no links, FIFOs or devices), and rejects
+another format version, any edit to either file, a field of the wrong type or range, and any
+non-finite array or array whose shape the metadata does not promise.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
 FORMAT_VERSION = 2
-"""Saved-detector format; :meth:`Detector.load` reads only this version (2: the metadata is hashed)."""
+"""Saved-detector format; [`Detector.load`][halluprobe.Detector.load] reads only it (2: metadata hashed)."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 
 
 @dataclass
 class Prediction:
-    """What :meth:`Detector.predict` returns for one (context, question, answer) triple."""
+    """What [`Detector.predict`][halluprobe.Detector.predict] returns for one (context, question, answer)."""
 
     probability: float
     """Probability that the answer is hallucinated (higher = more likely hallucinated)."""
@@ -70,8 +70,8 @@ class Detector:
     """A fitted feature-set probe bound to its proxy and extraction settings.
 
     Args:
-        fit: The fitted probe (:func:`halluprobe.protocol.fit_blocks`).
-        proxy: Proxy id for :func:`flashstats_hf.load_model` (``None``: the default SmolLM2).
+        fit: The fitted probe ([`halluprobe.protocol.fit_blocks`][halluprobe.fit_blocks]).
+        proxy: Proxy id for [`flashstats_hf.load_model`][] (``None``: the default SmolLM2).
         layers: Scored layers (``None``: all).
         hidden_layers: Kept hidden layers (as in the extraction).
     """
@@ -133,7 +133,7 @@ class Detector:
 
     @classmethod
     def load(cls, path: str | Path) -> Detector:
-        """Read a detector saved by :meth:`save`, checking everything its verdict depends on.
+        """Read a detector saved by [`save`][halluprobe.Detector.save], checking all its verdict depends on.
 
         Raises:
             FileNotFoundError: The folder or a file is missing.
@@ -209,7 +209,11 @@ class Detector:
         return self._extractor
 
     def predict(self, context: str, question: str, answer: str, *, device: str | None = None) -> Prediction:
-        """Score one triple with the proxy; see :class:`Prediction` (higher = more likely hallucinated)."""
+        """Score one triple with the proxy (higher = more likely hallucinated).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction].
+        """
         from halluprobe.records import reduce_forward, token_records
 
         ext = self.extractor(device)
@@ -234,7 +238,7 @@ def _no_constant(name: str) -> None:
 
 
 def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], where: str) -> ProbeFit:
-    """The :class:`ProbeFit` of a checked document and its tensors (every array checked)."""
+    """The `ProbeFit` of a checked document and its tensors (every array checked)."""
     blocks, width = [], 0
     for i, cfg in enumerate(doc["blocks"]):
         prefix = f"block{i}."

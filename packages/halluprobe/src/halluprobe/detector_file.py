@@ -1,7 +1,7 @@
 """Reading a saved detector safely: bounded regular files, one integrity hash, every field checked.
 
 A detector's verdict depends on ``detector.json`` (threshold, intercept, block configs, layers,
-proxy) as much as on ``detector.safetensors``; :func:`document_digest` hashes both (the JSON in a
+proxy) as much as on ``detector.safetensors``; `document_digest` hashes both (the JSON in a
 canonical form plus the tensor file's SHA-256), so an edit to either is refused on load. The hash
 detects modification; it is not a signature (whoever can write the folder can recompute it).
 """

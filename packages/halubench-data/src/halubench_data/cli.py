@@ -133,7 +133,7 @@ COMMANDS = {"build": cmd_build, "stats": cmd_stats, "baselines": cmd_baselines}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; the exit status follows :mod:`halubench_data.clikit` (0 ok, 1 failure, 2 bad input)."""
+    """Run the CLI; the exit status follows `halubench_data.clikit` (0 ok, 1 failure, 2 bad input)."""
     return clikit.run(build_parser(), COMMANDS, argv)
 
 

@@ -9,27 +9,29 @@ Every command of every CLI follows it; new commands get it by building their par
   or the file and line (``data.jsonl:12``). No traceback unless ``--debug`` is given (then the
   traceback and the same exit status).
 - **Streams**: results (tables, paths written, ``--json`` documents) go to stdout; progress bars and
-  step messages go to stderr through :func:`status`; ``--quiet`` silences them (never errors).
+  step messages go to stderr through `status`; ``--quiet`` silences them (never errors).
 - ``--version`` prints ``prog X.Y.Z``; ``--quiet`` and ``--debug`` are accepted before or after the
   command name.
 - **Device**: ``--device`` defaults to ``auto`` (``cuda`` when a CUDA device is present, else ``cpu``);
   ``cpu``, ``cuda``, ``cuda:N`` and ``mps`` are accepted when present. A missing accelerator or an
   unknown name is a usage error (exit 2) naming ``--device``.
-- ``--json`` (where a command offers it) prints one JSON document on stdout via :func:`emit_json`.
+- ``--json`` (where a command offers it) prints one JSON document on stdout via `emit_json`.
 
-How a CLI follows it::
+How a CLI follows it:
 
-    parser = clikit.make_parser("halluprobe", "what it does", dist="halluprobe")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("predict", help="...")   # gets --quiet/--debug and one-line errors
-    clikit.add_device_arg(p)
+```python
+parser = clikit.make_parser("halluprobe", "what it does", dist="halluprobe")
+sub = parser.add_subparsers(dest="command", required=True)
+p = sub.add_parser("predict", help="...")   # gets --quiet/--debug and one-line errors
+clikit.add_device_arg(p)
 
-    def main(argv=None):
-        return clikit.run(parser, {"predict": cmd_predict}, argv)
+def main(argv=None):
+    return clikit.run(parser, {"predict": cmd_predict}, argv)
+```
 
-A command raises :class:`UsageError` (or ``ValueError``, ``FileNotFoundError`` and the other
-input errors in :data:`INPUT_ERRORS`) for bad input, and returns ``0`` (or ``None``) on success.
-This module imports nothing heavy; :func:`resolve_device` imports torch when called.
+A command raises `UsageError` (or ``ValueError``, ``FileNotFoundError`` and the other
+input errors in `INPUT_ERRORS`) for bad input, and returns ``0`` (or ``None``) on success.
+This module imports nothing heavy; `resolve_device` imports torch when called.
 """
 
 from __future__ import annotations
@@ -117,12 +119,12 @@ def _version(dist: str) -> str:
 
 
 def add_device_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--device`` (default ``auto``), to be checked with :func:`resolve_device`."""
+    """Add ``--device`` (default ``auto``), to be checked with `resolve_device`."""
     parser.add_argument("--device", default="auto", metavar="DEVICE", help=DEVICE_HELP)
 
 
 def resolve_device(name: str | None, flag: str = "--device") -> str:
-    """The torch device string for ``name``, or :class:`UsageError` naming ``flag``.
+    """The torch device string for ``name``, or `UsageError` naming ``flag``.
 
     ``None``, ``""`` and ``"auto"`` give ``"cuda"`` when a CUDA device is available, else ``"cpu"``.
 
@@ -193,14 +195,14 @@ def run(
     """Parse ``argv``, run the chosen command and map its outcome to the exit status.
 
     Args:
-        parser: the CLI's parser (from :func:`make_parser`).
+        parser: the CLI's parser (from `make_parser`).
         commands: command name -> function, or one function for a CLI without subcommands.
         argv: the arguments (default ``sys.argv[1:]``).
         dest: the ``add_subparsers(dest=...)`` that names the command.
 
     Returns:
         The exit status: the command's return value (``None`` -> 0), 2 for an input error
-        (:data:`INPUT_ERRORS`), 1 for any other exception, 130 for Ctrl-C.
+        (`INPUT_ERRORS`), 1 for any other exception, 130 for Ctrl-C.
     """
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))

@@ -24,7 +24,7 @@ def load_dataset(spec: str, source: str | Path | None = None) -> Dataset:
     """A dataset from a halubench-data JSONL file, or built by name with halubench-data's builders.
 
     Args:
-        spec: a JSONL path, or one of :data:`NAMED` (``default`` needs no source; ``ragtruth-qa`` is
+        spec: a JSONL path, or one of `NAMED` (``default`` needs no source; ``ragtruth-qa`` is
             RAGTruth's QA task only).
         source: the builder's input file or folder (e.g. ``../shared/data/ragtruth``).
 

@@ -94,7 +94,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``halujudge`` command (exit status as in :mod:`halubench_data.clikit`)."""
+    """Entry point of the ``halujudge`` command (exit status as in `halubench_data.clikit`)."""
     return clikit.run(build_parser(), {"evaluate": cmd_evaluate}, argv)
 
 
