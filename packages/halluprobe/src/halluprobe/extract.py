@@ -98,9 +98,11 @@ def extract_records(
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError("extract_records needs distinct example ids")
-    done = cache.ids
+    keys = [cache.key(ex) for ex in examples]
+    found = cache.lookup(keys)  # by content and settings: an edited example is computed again
     key = length or (lambda ex: len(ex.context) + len(ex.question) + len(ex.answer))
-    todo = [ex for ex in examples if ex.id not in done]
+    todo = [ex for ex, k in zip(examples, keys, strict=True) if k not in found]
+    key_of = dict(zip(ids, keys, strict=True))
     plan = plan_batches(
         [key(ex) for ex in todo], batch_size=batch_size, token_budget=token_budget, window=window
     )
@@ -116,13 +118,14 @@ def extract_records(
             records = compute(batch)
             if [r.id for r in records] != [ex.id for ex in batch]:
                 raise ValueError("compute must return one record per example, in batch order")
-            cache.add(records)
+            cache.add(records, [key_of[ex.id] for ex in batch])
+            found.update({key_of[r.id]: r for r in records})
             if bar is not None:
                 bar.update(len(batch))
     finally:
         if bar is not None:
             bar.close()
-    return cache.load(ids)
+    return [found[k] for k in keys]
 
 
 @dataclass
@@ -167,12 +170,16 @@ class ProxyExtractor:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What the records depend on (stored in the cache index)."""
+        """What the records depend on (part of every cache key): proxy, layers, TOHA, chat template."""
+        import hashlib
+
+        template = getattr(self.tokenizer, "chat_template", None)
         return {
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
             "hidden_layers": list(self.hidden_layers),
             "toha": bool(self.toha),
+            "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
