@@ -174,12 +174,12 @@ def _subsample(part, limit: int) -> list:
 
 def _setup(args):
     """Dataset, extractor and cache of a run."""
+    device = clikit.resolve_device(args.device)  # before any heavy import: a bad device fails at once
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
     from halluprobe.extract import ProxyExtractor
 
-    device = clikit.resolve_device(args.device)
     ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
     clikit.status(
         f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test"
