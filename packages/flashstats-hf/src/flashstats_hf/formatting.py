@@ -50,10 +50,9 @@ def format_example(
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template")
     user = user_template.format(context=context, question=question) if question else context
     messages = [{"role": "user", "content": user}]
-    render = dict(tokenize=False, enable_thinking=False)
-    prefix = tokenizer.apply_chat_template(messages, add_generation_prompt=True, **render)
-    full = tokenizer.apply_chat_template(
-        [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False, **render
+    prefix = _render(tokenizer, messages, add_generation_prompt=True)
+    full = _render(
+        tokenizer, [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False
     )
     if not full.startswith(prefix):
         raise ValueError("the chat template does not render the assistant turn after its generation prompt")
@@ -68,10 +67,22 @@ def format_example(
     if ids[: len(prompt_ids)] != prompt_ids:  # a token merged across the boundary: keep them apart
         ids = prompt_ids + _encode(tokenizer, body)
     start = len(prompt_ids)
-    decoded = tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False)
+    decoded = str(tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False))
     if start == len(ids) or decoded.strip() != body.strip():
         raise ValueError(f"answer tokens decode to {decoded!r}, expected {body!r}")
     return ids, start
+
+
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], add_generation_prompt: bool
+) -> str:
+    """The chat rendered as text (``enable_thinking=False`` for templates that read it)."""
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, enable_thinking=False
+    )
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+    return text
 
 
 def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -78,6 +78,15 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _valid_entry(shard: Any) -> bool:
+    """An index entry naming a shard file inside the folder, with one key per id."""
+    if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
+        return False
+    ids, keys = shard.get("ids"), shard.get("keys")
+    named = _SHARD_NAME.match(shard["file"]) is not None
+    return named and isinstance(ids, list) and isinstance(keys, list) and len(ids) == len(keys)
+
+
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
 
@@ -139,15 +148,10 @@ class FeatureCache:
                 f"cache {self.root} has format {got!r}; this halluprobe reads format "
                 f"{CACHE_FORMAT}. Delete the folder or choose another --out."
             )
-        shards, foreign = [], []
+        shards: list[dict[str, Any]] = []
+        foreign: list[Any] = []
         for shard in index.get("shards", []):
-            ok = (
-                isinstance(shard, dict)
-                and isinstance(shard.get("file"), str)
-                and _SHARD_NAME.match(shard["file"])
-            )
-            ok = ok and isinstance(shard.get("ids"), list) and isinstance(shard.get("keys"), list)
-            (shards if ok and len(shard["ids"]) == len(shard["keys"]) else foreign).append(shard)
+            (shards if _valid_entry(shard) else foreign).append(shard)
         if foreign:
             warnings.warn(
                 f"cache {self.root}: ignored {len(foreign)} index entries that do not name a shard file "

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
+
+if TYPE_CHECKING:
+    from halluprobe.extract import ProxyExtractor
 
 FORMAT_VERSION = 2
 """Saved-detector format; [`Detector.load`][halluprobe.Detector.load] reads only it (2: metadata hashed)."""
@@ -85,7 +88,7 @@ class Detector:
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
         self.source: Path | None = None
         """The folder this detector was loaded from (None when built in memory)."""
-        self._extractor = None
+        self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
         """Write ``path/detector.json`` and ``path/detector.safetensors`` (atomically); returns ``path``."""

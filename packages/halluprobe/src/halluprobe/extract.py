@@ -80,7 +80,7 @@ def extract_records(
 ) -> list[ExampleRecord]:
     """Compute the records of the examples not yet cached, then return all of them in input order.
 
-    Examples are processed in batches of similar length (:func:`plan_batches` over ``length``, default
+    Examples are processed in batches of similar length (`plan_batches` over ``length``, default
     the number of characters of context, question and answer); each batch becomes one cache shard
     written atomically, so an interrupted run loses at most the batch in flight and a rerun resumes.
 
@@ -177,7 +177,7 @@ class ProxyExtractor:
         return {
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
-            "hidden_layers": list(self.hidden_layers),
+            "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
         }
