@@ -183,11 +183,23 @@ class ProxyExtractor:
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
-        """Token ids of the formatted example and the index of its first answer token."""
+        """Token ids of the formatted example and the index of its first answer token.
+
+        Raises:
+            ValueError: the example has more tokens than the proxy has positions
+                (``config.max_position_embeddings``). Inputs are never truncated silently: shorten the
+                context, drop the example, or use a proxy with a longer context.
+        """
         from flashstats_hf import format_example
 
         ids, start = format_example(self.tokenizer, ex.context, ex.question, ex.answer)
         ids = [int(t) for t in ids]
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(limit, int) and len(ids) > limit:
+            raise ValueError(
+                f"example {ex.id!r} has {len(ids)} tokens but the proxy reads at most {limit} positions; "
+                "halluprobe refuses rather than truncating: shorten its context or drop it"
+            )
         self._lengths[ex.id] = len(ids)
         return ids, int(start)
 
