@@ -6,6 +6,8 @@ Layout of a cache folder:
 index.json                      # format version and the list of shards with their record keys
 shard-<random hex>.safetensors  # one per extracted batch, named uniquely per writer
 .lock                           # taken (flock) while the index is read-modified-written
+parts/rank-00000/               # a distributed extraction: one part per rank (its own index and shards),
+parts/rank-00001/               # listed in index.json by rank 0 when the ranks are done
 ```
 
 Records are keyed by the SHA-256 of the extraction settings (proxy, layers, chat template, ...) and the
@@ -44,7 +46,12 @@ CACHE_FORMAT = 2
 """Version of the cache layout (2: content-keyed records, per-writer shards); another is rejected."""
 STALE_TMP_SECONDS = 600
 """Temporary files older than this are left by a killed write and removed when the cache is opened."""
-_SHARD_NAME = re.compile(r"^shard-[0-9a-f]{8,64}\.safetensors$")
+_SHARD_NAME = re.compile(r"^(parts/[A-Za-z0-9_-]+/)?shard-[0-9a-f]{8,64}\.safetensors$")
+PARTS = "parts"
+"""Sub-folder of a cache that holds the parts of a distributed extraction (one per rank)."""
+
+PARTS = "parts"
+"""Sub-folder of a cache that holds the parts of a distributed extraction (one per rank)."""
 
 _ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "answer_len", "prompt_len"))
 
@@ -220,6 +227,42 @@ class FeatureCache:
         entry = {"file": name, "ids": [r.id for r in records], "keys": keys, "sha256": digest}
         with self._locked():
             self._publish([*self._shards, entry])
+
+    def refresh(self) -> None:
+        """Re-read the index (after another process, e.g. rank 0 of a distributed run, changed it)."""
+        self._shards = self._read_index()
+
+    def part(self, name: str) -> FeatureCache:
+        """A cache of the same settings in ``parts/<name>/``, filled by one writer on its own.
+
+        Each rank of a distributed extraction writes its own part;
+        [`merge_parts`][halluprobe.FeatureCache.merge_parts] then lists the parts' shards in this
+        cache's index. Readers of this cache see a part's records only after the merge.
+        """
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name or ""):
+            raise ValueError(f"a cache part needs a plain folder name, got {name!r}")
+        return FeatureCache(self.root / PARTS / name, self.settings)
+
+    def merge_parts(self) -> int:
+        """List every part's shards not yet listed here in this index (under the lock); returns their count.
+
+        Parts are merged in name order and shards in their order, so the index is the same whichever
+        process wrote a part first.
+        """
+        parts = sorted((self.root / PARTS).glob("*/index.json")) if (self.root / PARTS).is_dir() else []
+        if not parts:
+            return 0
+        with self._locked():
+            listed = {s["file"] for s in self._shards}
+            added = []
+            for index_path in parts:
+                prefix = index_path.parent.relative_to(self.root).as_posix()
+                for shard in FeatureCache(index_path.parent, self.settings)._shards:
+                    if f"{prefix}/{shard['file']}" not in listed:
+                        added.append({**shard, "file": f"{prefix}/{shard['file']}"})
+            if added:
+                self._publish([*self._shards, *added])
+        return len(added)
 
     def lookup(self, keys: list[str]) -> dict[str, ExampleRecord]:
         """The cached records of ``keys`` (those found); damaged shards are dropped, never fatal."""

@@ -35,6 +35,8 @@ from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
 if TYPE_CHECKING:
+    from flashstats_hf import ForwardStats
+
     from halluprobe.extract import ProxyExtractor
 
 FORMAT_VERSION = 2
@@ -217,22 +219,38 @@ class Detector:
         Returns:
             A [`Prediction`][halluprobe.Prediction].
         """
-        from halluprobe.records import reduce_forward, token_records
-
         ext = self.extractor(device)
         ids, start = ext.encode(_Triple("query", context, question, answer))
         fs = ext.forward([(ids, start)])
+        return self.score_stats(fs, [ext.tokenizer.decode([t]) for t in ids[start:]])
+
+    def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
+        """Score the statistics of one answer (batch of 1) from any recording path.
+
+        [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
+        streaming scorer ([`halluprobe.StreamingScorer`][]) from a
+        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions.
+
+        Args:
+            fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
+                layers, hidden layers, logits and the default request.
+            tokens: The answer tokens as text (for display).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
+        """
+        from halluprobe.records import reduce_forward, token_records
+
         (record,) = reduce_forward(fs, ["query"])
         logit = float(self.score_records([record], logits=True)[0])
         token_logits = self.score_records(token_records(fs, 0, record), logits=True)
         prob = 1.0 / (1.0 + np.exp(-logit))
-        tokens = [ext.tokenizer.decode([t]) for t in ids[start:]]
         return Prediction(
             probability=prob,
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
             token_scores=1.0 / (1.0 + np.exp(-token_logits)),
-            tokens=tokens,
+            tokens=list(tokens),
         )
 
 
