@@ -248,18 +248,30 @@ class FeatureCache:
 
         Parts are merged in name order and shards in their order, so the index is the same whichever
         process wrote a part first.
+
+        Raises:
+            ValueError: a part's shard repeats records (keys) already cached.
         """
         parts = sorted((self.root / PARTS).glob("*/index.json")) if (self.root / PARTS).is_dir() else []
         if not parts:
             return 0
         with self._locked():
             listed = {s["file"] for s in self._shards}
+            known = self.keys
             added = []
             for index_path in parts:
                 prefix = index_path.parent.relative_to(self.root).as_posix()
                 for shard in FeatureCache(index_path.parent, self.settings)._shards:
-                    if f"{prefix}/{shard['file']}" not in listed:
-                        added.append({**shard, "file": f"{prefix}/{shard['file']}"})
+                    file = f"{prefix}/{shard['file']}"
+                    if file in listed:
+                        continue
+                    if known & set(shard["keys"]):
+                        raise ValueError(
+                            f"cache part shard {file} repeats ids already cached (same content and "
+                            "settings); delete the cache"
+                        )
+                    added.append({**shard, "file": file})
+                    known |= set(shard["keys"])
             if added:
                 self._publish([*self._shards, *added])
         return len(added)
