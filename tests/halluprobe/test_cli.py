@@ -21,7 +21,7 @@ def test_parser_builds_without_heavy_imports():
 
 
 def test_help_of_every_command():
-    for cmd in ([], ["train"], ["extract"], ["evaluate"], ["predict"]):
+    for cmd in ([], ["train"], ["extract"], ["select-a7"], ["select-l9"], ["evaluate"], ["predict"]):
         out = subprocess.run(
             [sys.executable, "-m", "halluprobe.cli", *cmd, "--help"],
             capture_output=True,
@@ -43,6 +43,23 @@ def test_train_defaults_and_options():
     assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["predict", "d"])  # --context and --answer are required
+
+
+def test_selection_commands_and_train_options(tmp_path):
+    from halluprobe.cli import _selections
+    from halluprobe.selection import Selection
+
+    a7 = build_parser().parse_args(["select-a7"])
+    assert (a7.split, a7.n_features, a7.out) == ("train", 7, "runs/select")
+    assert build_parser().parse_args(["select-l9", "--n-features", "5"]).n_features == 5
+    args = build_parser().parse_args(["train"])
+    assert args.a7_selection is None and args.l9_selection is None and _selections(args) == {}
+    path = Selection("L9", ("entropy.max", "top_prob_3.min"), {}).save(tmp_path / "l9.json")
+    args = build_parser().parse_args(["train", "--l9-selection", str(path)])
+    assert _selections(args) == {"l9_features": ("entropy.max", "top_prob_3.min")}
+    args = build_parser().parse_args(["train", "--a7-selection", str(path)])
+    with pytest.raises(ValueError, match="expected A7"):
+        _selections(args)
 
 
 def test_parse_layers():

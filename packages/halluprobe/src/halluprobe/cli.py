@@ -7,6 +7,7 @@ so ``halluprobe --help`` is fast; every command imports what it needs inside its
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -86,6 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
     )
+    for block in ("a7", "l9"):
+        p.add_argument(
+            f"--{block}-selection", default=None, metavar="FILE",
+            help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
+            "selection, halluprobe/selections/" + f"{block}.json)",
+        )  # fmt: skip
+    for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
+        p = sub.add_parser(
+            f"select-{block.lower()}",
+            help=f"choose {block}'s {n} {what} features once by grouped 5-fold CV on a training split "
+            "(paper Appendix L.1); writes a selection JSON for train --{block.lower()}-selection",
+        )
+        _add_data_args(p)
+        p.add_argument(
+            "--out", default="runs/select", help="run folder: cache in OUT/cache, selection in "
+            f"OUT/{block.lower()}.json (default runs/select)",
+        )  # fmt: skip
+        p.add_argument("--split", default="train", choices=("train", "validation", "test"))
+        p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
     p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
     _add_data_args(p)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
@@ -351,9 +371,52 @@ def cmd_train(args) -> int:
         proxy=args.proxy,
         published=not args.no_published,
         toha=args.toha,
+        **_selections(args),
     )
     print(table)
     print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def _selections(args) -> dict:
+    """``a7_features`` / ``l9_features`` from ``--a7-selection`` / ``--l9-selection`` files, when given."""
+    from halluprobe.selection import Selection
+
+    out = {}
+    for block in ("A7", "L9"):
+        path = getattr(args, f"{block.lower()}_selection", None)
+        if path is not None:
+            out[f"{block.lower()}_features"] = Selection.load(path, block).features
+    return out
+
+
+def cmd_select(args) -> int:
+    """``halluprobe select-a7`` / ``select-l9``: the paper's one-off feature selection on a training split."""
+    import numpy as np
+
+    from halluprobe.selection import run_selection
+
+    block = args.command.removeprefix("select-").upper()
+    ds, ext, cache = _setup(args)
+    records = _extract_split(ds, ext, cache, args.split, args.batch_size)
+    part = ds.split(args.split)
+    data = {
+        "dataset": args.dataset,
+        "dataset_name": ds.name,
+        "split": args.split,
+        "limit": args.limit,
+        "proxy": args.proxy or "default (SmolLM2-135M-Instruct)",
+        "device": clikit.resolve_device(args.device),
+        "layers": args.layers or "all",
+    }
+    sel = run_selection(
+        block, records, np.asarray(part.labels), list(part.groups), ext, args.n_features, data
+    )
+    path = sel.save(Path(args.out) / f"{block.lower()}.json")
+    for step in sel.provenance.get("path", []):
+        print(f"  + {step['feature']:28s} CV AUROC {step['cv_auroc']:.4f} (C={step['C']})")
+    print(f"{block} features: {', '.join(sel.features)}")
+    print(f"selection: {path}")
     return 0
 
 
@@ -478,12 +541,31 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "select-a7": cmd_select,
+    "select-l9": cmd_select,
 }
+
+
+PARALLEL_COMMANDS = ("extract", "train")
+"""Commands that run under ``torchrun`` (data-parallel extraction); the others refuse to."""
+
+
+def _one_process(name: str, command):
+    def run(args) -> int:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"`halluprobe {name}` runs in one process; under torchrun only "
+                f"{' and '.join(PARALLEL_COMMANDS)} run"
+            )
+        return command(args)
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
-    return clikit.run(build_parser(), COMMANDS, argv)
+    commands = {n: c if n in PARALLEL_COMMANDS else _one_process(n, c) for n, c in COMMANDS.items()}
+    return clikit.run(build_parser(), commands, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,8 +39,12 @@ if TYPE_CHECKING:
 
     from halluprobe.extract import ProxyExtractor
 
-FORMAT_VERSION = 2
-"""Saved-detector format; [`Detector.load`][halluprobe.Detector.load] reads only it (2: metadata hashed)."""
+FORMAT_VERSION = 3
+"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
+
+Version 2 (issue 16): L9 stores its fixed feature names (version 1 stored a per-split RFE over the
+seven old logit statistics, which records no longer hold). Version 3 (issue 21): ``detector.json``
+carries an ``integrity`` hash of all its fields, so any edit to the metadata is refused."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 

@@ -131,11 +131,8 @@ def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: s
             raise ValueError(f"{where}: tensor 'block.{key}' of block {name} has non-finite values")
     if name == "A7":
         return len(config.get("features", ()))
-    if name == "L9":
-        sel = arrays.get("selected")
-        if sel is None or sel.ndim != 1 or sel.dtype.kind not in "iu" or (sel < 0).any():
-            raise ValueError(f"{where}: block L9 needs a 1-D non-negative integer 'selected' tensor")
-        return int(sel.shape[0])
+    if name == "L9":  # a fixed selection in the config, nothing fitted
+        return len(config.get("features", ()))
     missing = {"mean", "scale", "center", "components"} - set(arrays)
     if missing:
         raise ValueError(f"{where}: block {name} lacks tensors {sorted(missing)}")

@@ -190,8 +190,11 @@ class ProxyExtractor:
         """What the records depend on (part of every cache key): proxy, layers, TOHA, chat template."""
         import hashlib
 
+        from flashstats_hf import LOGIT_STAT_NAMES
+
         template = getattr(self.tokenizer, "chat_template", None)
         return {
+            "logit_stats": len(LOGIT_STAT_NAMES),
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
             "hidden_layers": list(self.hidden_layers or ()),

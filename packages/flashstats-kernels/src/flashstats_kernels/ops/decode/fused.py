@@ -39,7 +39,7 @@ from flashstats_kernels.ops.lookups.fused import _lookup
 from flashstats_kernels.state import ColumnState
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
-_LN2 = 0.6931471805599453
+_LN2 = tl.constexpr(0.6931471805599453)
 _N_STATE = 6  # m, l, a, q2, pm, n
 
 
