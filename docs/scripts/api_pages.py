@@ -122,7 +122,13 @@ def page(module: str, intro: str, groups: list[tuple[str, list[str]]]) -> str:
     for title, names in groups:
         out += [f"## {title}", ""]
         for name in names:
-            out += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
+            out += [
+                f"::: {module}.{name}",
+                "    options:",
+                "      show_root_heading: true",
+                "      heading_level: 3",
+                "",
+            ]
     if set(public_names(module)) - set(listed):
         out += ["## Other public names", ""]
     exclude = "|".join(listed)

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, load_dataset, main, parse_layers, parse_limit
@@ -134,3 +135,11 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     assert "A7L9 (test)" in capsys.readouterr().out
     # evaluate found every test record in the run's cache: no new shard
     assert sorted(p.name for p in (out / "cache").glob("shard-*")) == shards
+    # the same ids with other answers (an edited dataset) are extracted again, never read stale
+    from halubench_data import build_default, write_jsonl
+
+    edited = [replace(ex, answer=ex.answer + " Indeed.") for ex in build_default().examples]
+    write_jsonl(edited, tmp_path / "edited.jsonl")
+    assert main(["evaluate", det, "--dataset", str(tmp_path / "edited.jsonl"), "--limit", "4",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert len(list((out / "cache").glob("shard-*"))) > len(shards)

@@ -75,6 +75,16 @@ def _stat(records: list[ExampleRecord], stat: str, pool: str) -> np.ndarray:
     return np.stack([r.head_stats[:, :, s, p] for r in records]).astype(np.float64)
 
 
+def _check_columns(block: str, what: str, expected: int, got: int, *, at_least: bool = False) -> None:
+    """A named error when records do not have the columns a fitted block expects."""
+    if got < expected if at_least else got != expected:
+        need = f"at least {expected}" if at_least else str(expected)
+        raise ValueError(
+            f"feature block {block} expects {need} {what} per example, the records give {got} "
+            "(records from another proxy, layer set or sink count than the block was fitted on?)"
+        )
+
+
 class Standardizer:
     """Column standardisation fitted on training rows (zero-variance columns are left centred)."""
 
@@ -135,8 +145,9 @@ class A7Block(Block):
         cols = []
         for feat in self.config["features"]:
             stat, p = feat.split(".")
-            x = _stat(records, stat, p)
-            cols.append(x.reshape(len(records), -1)[:, self.config["heads"]].mean(1))
+            x = _stat(records, stat, p).reshape(len(records), -1)
+            _check_columns(self.name, "head index", max(self.config["heads"]) + 1, x.shape[1], at_least=True)
+            cols.append(x[:, self.config["heads"]].mean(1))
         return np.stack(cols, 1)
 
 
@@ -162,7 +173,9 @@ class _ProjectedBlock(Block):
         if not self.arrays:
             raise ValueError(f"block {self.name} is not fitted")
         a = self.arrays
-        z = (self._raw(records) - a["mean"]) / a["scale"]
+        x = self._raw(records)
+        _check_columns(self.name, "raw features", a["mean"].shape[0], x.shape[1])
+        z = (x - a["mean"]) / a["scale"]
         return (z - a["center"]) @ a["components"].T
 
 
