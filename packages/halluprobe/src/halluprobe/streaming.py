@@ -200,7 +200,7 @@ class Follower:
         if not ids:
             raise ValueError("the answer is empty: nothing to score")
         update = self._read(ids, done=True)
-        assert update is not None  # ids is not empty, so some token has been read
+        assert update is not None  # ids is not empty, so tokens were read
         return update
 
     def prediction(self) -> Prediction:
