@@ -11,8 +11,6 @@ statistics, character offsets). It also computes TOHA's MTopDiv batched on the d
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from halubench_data.files import atomic_path
 
 
 def mtopdiv_batched(rows: torch.Tensor, prompt_len: int) -> torch.Tensor:
@@ -92,15 +91,8 @@ def token_file(root: Path, example_id: str) -> Path:
 
 
 def _atomic_npz(path: Path, **arrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 @dataclass

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, load_dataset, main, parse_layers, parse_limit
+from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, main, parse_layers, parse_limit
 
 
 def test_parser_builds_without_heavy_imports():
@@ -59,29 +59,6 @@ def test_parse_limit():
     assert parse_limit("12", "default") == 12
     with pytest.raises(ValueError, match="--limit"):
         parse_limit("lots", "default")
-
-
-def test_load_dataset_limit_and_errors(tmp_path):
-    ds = load_dataset("default", 6)
-    for split in ("train", "validation", "test"):
-        part = ds.split(split)
-        assert len(part) == 6 and set(part.labels) == {0, 1}
-    with pytest.raises(ValueError, match="--dataset"):
-        load_dataset("no-such-thing")
-    with pytest.raises(ValueError, match="builder"):
-        load_dataset("nosuch:/tmp")
-    with pytest.raises(ValueError, match="--limit"):
-        load_dataset("default", 1)
-
-
-def test_load_dataset_from_jsonl(tmp_path):
-    from halubench_data import build_default, write_jsonl
-
-    ds = build_default(n_contexts=4, questions_per_context=1)
-    path = write_jsonl(ds, tmp_path / "ex.jsonl")
-    again = load_dataset(str(path))
-    assert [ex.id for ex in again] == [ex.id for ex in ds]
-    assert len(load_dataset(str(path), 2).split("train")) == 2
 
 
 def test_main_reports_bad_input(capsys):

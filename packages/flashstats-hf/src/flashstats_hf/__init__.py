@@ -10,6 +10,7 @@ from flashstats_hf.formatting import Batch, collate, format_example
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
+from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
 from flashstats_hf.types import ForwardStats
 
@@ -22,6 +23,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_REQUEST",
     "LOGIT_STAT_NAMES",
+    "POOL_NAMES",
+    "pool_tokens",
     "Batch",
     "ForwardStats",
     "GraphedRecorder",

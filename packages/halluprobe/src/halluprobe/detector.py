@@ -14,17 +14,17 @@ and it rejects another format version or a tensor file whose hash does not match
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data.files import atomic_path, atomic_write_bytes
 
 from halluprobe.blocks import Standardizer, block_from_state
-from halluprobe.cache import atomic_write_bytes, sha256_file
+from halluprobe.cache import sha256_file
+from halluprobe.numeric import sigmoid
 from halluprobe.protocol import ProbeFit
 
 FORMAT_VERSION = 1
@@ -92,15 +92,9 @@ class Detector:
             config, arrays = block.state()
             configs.append(config)
             tensors.update({f"block{i}.{k}": v for k, v in arrays.items()})
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{_TENSORS}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp)
-            digest = sha256_file(Path(tmp))
-            os.replace(tmp, path / _TENSORS)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path / _TENSORS) as tmp:
+            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
+            digest = sha256_file(tmp)
         doc = {
             "format_version": FORMAT_VERSION,
             "proxy": self.proxy,
@@ -183,13 +177,13 @@ class Detector:
         (record,) = reduce_forward(fs, ["query"])
         logit = float(self.fit.decision_function([record])[0])
         token_logits = self.fit.decision_function(token_records(fs, 0, record))
-        prob = 1.0 / (1.0 + np.exp(-logit))
+        prob = float(sigmoid(logit))
         tokens = [ext.tokenizer.decode([t]) for t in ids[start:]]
         return Prediction(
             probability=prob,
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
-            token_scores=1.0 / (1.0 + np.exp(-token_logits)),
+            token_scores=sigmoid(token_logits),
             tokens=tokens,
         )
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from halluprobe.cache import atomic_write_bytes
+from halubench_data.files import atomic_path, atomic_write_bytes
 
 
 def _curves(scores: np.ndarray, y: np.ndarray):
@@ -39,9 +38,8 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray) ->
     for fname, (fig, ax) in figs.items():
         ax.legend(fontsize=7, loc="best")
         fig.tight_layout()
-        tmp = out / f".{fname}.tmp.png"
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(out / fname)
+        with atomic_path(out / fname) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
         plt.close(fig)
     return list(figs)
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data.files import atomic_write_bytes
+from halubench_data.metrics import best_by_validation
 
 from halluprobe.blocks import parse_feature_set
-from halluprobe.cache import atomic_write_bytes
 from halluprobe.protocol import CS, train_feature_sets
 
 ADDITIONS = (("H64", "A7H64"), ("L9", "A7L9"), ("H64", "A64H64"))
@@ -36,13 +37,12 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
     out: dict[str, dict[str, np.ndarray]] = {}
 
     def supervised(name, cls, matrix):
-        best = None
-        for c in CS:  # fit on train, C by validation AUROC (ties to the smaller C)
+        def fit(c):
             det = cls(C=c).fit(matrix(tr), y_tr)
-            a = auroc(det.raw_score(matrix(va)), y_va)
-            if best is None or a > best[0]:
-                best = (a, det)
-        out[name] = {"validation": best[1].raw_score(matrix(va)), "test": best[1].raw_score(matrix(te))}
+            return auroc(det.raw_score(matrix(va)), y_va), det
+
+        _, _, det = best_by_validation(CS, fit)  # fit on train, C by validation AUROC (ties to the smaller C)
+        out[name] = {"validation": det.raw_score(matrix(va)), "test": det.raw_score(matrix(te))}
 
     def chosen_on_validation(name, det, matrix):
         det.fit(matrix(va), y_va)

@@ -20,9 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .dataset import Dataset
-from .metrics import EvalResult, auroc, evaluate, select_threshold
-
-C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
+from .metrics import C_GRID, EvalResult, auroc, best_by_validation, evaluate, select_threshold
 
 
 def _splits(ds: Dataset) -> tuple[Dataset, Dataset, Dataset]:
@@ -70,16 +68,14 @@ def tfidf_scores(
     vec = TfidfVectorizer(ngram_range=(1, 2))
     x_train = vec.fit_transform(train.answers)
     x_val, x_test = vec.transform(val.answers), vec.transform(test.answers)
-    best = None
-    for c in sorted(c_grid):
+
+    def fit(c: float) -> tuple[float, LogisticRegression]:
         model = LogisticRegression(C=c, solver="liblinear", class_weight="balanced", random_state=seed)
         model.fit(x_train, train.labels)
-        v = model.predict_proba(x_val)[:, 1]
-        score = auroc(v, val.labels)
-        if best is None or score > best[0] + 1e-12:
-            best = (score, c, v, model.predict_proba(x_test)[:, 1])
-    assert best is not None
-    return best[2], best[3], best[1]
+        return auroc(model.predict_proba(x_val)[:, 1], val.labels), model
+
+    c, _, model = best_by_validation(sorted(c_grid), fit, tol=1e-12)
+    return model.predict_proba(x_val)[:, 1], model.predict_proba(x_test)[:, 1], c
 
 
 def tfidf_baseline(

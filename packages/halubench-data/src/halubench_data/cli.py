@@ -14,18 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .dataset import Dataset
 
-BUILDERS = (
-    "ragtruth",
-    "ragtruth-original",
-    "halubench",
-    "trivia-plus",
-    "phantom",
-    "faithbench",
-    "wice",
-    "lfqa",
-    "claimverify",
-    "expertqa",
-    "default",
+SPEC_HELP = (
+    "dataset spec: 'default', a JSONL file, or NAME:PATH for a builder run on local files "
+    "(e.g. ragtruth:../shared/data/ragtruth, ragtruth-qa:..., faithbench:..., wice:...)"
 )
 
 
@@ -37,8 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
-    b.add_argument("name", choices=BUILDERS, help="which builder")
-    b.add_argument("--source", type=Path, help="input file or folder (not needed for 'default')")
+    b.add_argument("spec", help=SPEC_HELP)
     b.add_argument("--out", type=Path, required=True, help="output JSONL file (written atomically)")
     b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     b.add_argument("--seed", type=int, default=42, help="seed of filters and splits (default 42)")
@@ -51,11 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
     b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
     s = sub.add_parser("stats", help="print counts per source, label and split of a JSONL dataset")
-    s.add_argument("file", type=Path)
+    s.add_argument("spec", help=SPEC_HELP)
     t = sub.add_parser(
         "baselines", help="answer-only baselines (length, TF-IDF) on a JSONL dataset's test split"
     )
-    t.add_argument("file", type=Path)
+    t.add_argument("spec", help=SPEC_HELP)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
     )
@@ -63,27 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> Dataset:
-    from . import builders
-    from .default import build_default
+    from .select import BuildOptions, load
 
-    if args.name == "default":
-        return build_default(seed=args.seed, n_contexts=args.n_contexts)
-    if args.source is None:
-        raise ValueError(f"builder {args.name!r} needs --source PATH")
-    if not args.source.exists():
-        raise FileNotFoundError(f"--source {args.source} does not exist")
-    if args.name in ("ragtruth", "ragtruth-original"):
-        fn = builders.build_ragtruth if args.name == "ragtruth" else builders.build_ragtruth_original
-        return fn(args.source, tasks=args.task or builders.TASKS, models=args.model, seed=args.seed)
-    if args.name == "halubench":
-        return builders.build_halubench(args.source, apply_filters=not args.no_filter, seed=args.seed)
-    if args.name == "trivia-plus":
-        return builders.build_trivia_plus(args.source, seed=args.seed)
-    if args.name == "phantom":
-        return builders.build_phantom(args.source, seed=args.seed)
-    if args.name == "faithbench":
-        return builders.build_faithbench(args.source, seed=args.seed)
-    return builders.build_claims(args.name, args.source, seed=args.seed)
+    options = BuildOptions(
+        seed=args.seed,
+        tasks=tuple(args.task) if args.task else None,
+        models=tuple(args.model) if args.model else None,
+        apply_filters=not args.no_filter,
+        n_contexts=args.n_contexts,
+    )
+    return load(args.spec, options=options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,16 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_jsonl(ds, args.out, overwrite=args.overwrite)
             print(f"wrote {len(ds)} examples to {args.out}")
         elif args.command == "stats":
-            from .io import read_jsonl
+            from .select import load
 
-            ds = read_jsonl(args.file)
-            print(ds.stats_table())
+            print(load(args.spec).stats_table())
         else:
             from .baselines import text_only_baselines
-            from .io import read_jsonl
             from .metrics import results_table
+            from .select import load
 
-            ds = read_jsonl(args.file)
+            ds = load(args.spec)
             print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"halubench-data: error: {err}", file=sys.stderr)
