@@ -41,6 +41,31 @@ class Problem:
         return self.q_heads // self.kv_heads
 
 
+@dataclass(frozen=True)
+class Varlen:
+    """Where each sequence of a packed (varlen) call lives on the token axes of q and k.
+
+    Sequence ``b`` owns query rows ``[q0, q0 + R_b)`` and keys ``[k0, k0 + L_b)``; its rows are the last
+    ``R_b`` of its ``L_b`` positions, as in a dense call.
+    """
+
+    table: torch.Tensor
+    """``[N, 4] int64`` rows ``(q0, R_b, k0, L_b)``, contiguous, on the inputs' device."""
+    max_rows: int
+    """An upper bound of ``R_b`` (``max_seqlen_q``)."""
+    max_keys: int
+    """An upper bound of ``L_b`` (``max_seqlen_k``)."""
+    full_rows: bool
+    """Whether the sequences cover every query row (no ``seqused_q``)."""
+    full_keys: bool
+    """Whether the sequences cover every key (no ``seqused_k``)."""
+
+    @property
+    def batch(self) -> int:
+        """Number of sequences ``N``."""
+        return self.table.shape[0]
+
+
 def _check_tensor(name: str, x: object, ndim: int, layout: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")

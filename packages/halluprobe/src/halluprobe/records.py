@@ -9,10 +9,14 @@ context length, so a dataset's records fit a cache of shards.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from flashstats_hf.pooling import POOL_NAMES, pool_tokens
+
+if TYPE_CHECKING:
+    from flashstats_hf.types import ForwardStats
 
 HEAD_STATS: tuple[str, ...] = (
     "max_weight",
@@ -144,7 +148,9 @@ def _sink_topk(fs, b: int) -> torch.Tensor:
     return top
 
 
-def reduce_forward(fs, ids: list[str], mtopdiv: torch.Tensor | None = None) -> list[ExampleRecord]:
+def reduce_forward(
+    fs: ForwardStats, ids: list[str], mtopdiv: torch.Tensor | None = None
+) -> list[ExampleRecord]:
     """Reduce one batch's ForwardStats to one :class:`ExampleRecord` per example.
 
     Args:
