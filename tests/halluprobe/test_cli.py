@@ -83,6 +83,10 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
         assert f"| {name} |" in printed
     report = (out / "report.md").read_text()
     assert "roc.png" in report and (out / "roc.png").stat().st_size > 0 and (out / "pr.png").exists()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["datasets"]["default"]["methods"]) >= {"A7", "A7L9", "LookbackLens", "text-only tfidf"}
+    assert results["datasets"]["default"]["methods"]["A7"]["kind"] == "probe"
+    assert [t["b"] for t in results["paired_tests"]] == ["A7L9"] and results["selection"]["A7"]["C"] > 0
     assert json.loads((out / "detectors" / "A7L9" / "detector.json").read_text())["feature_set"] == "A7L9"
     shards = sorted(p.name for p in (out / "cache").glob("shard-*"))
     det = str(out / "detectors" / "A7L9")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from halubench_data.files import atomic_write_bytes
@@ -22,19 +22,21 @@ def _split_arrays(ds, split: str) -> tuple[np.ndarray, list[str]]:
     return np.asarray(part.labels, dtype=np.int64), [str(g) for g in part.groups]
 
 
-def published_scores(records, labels, order, logit_names, toha: bool) -> dict[str, dict[str, np.ndarray]]:
-    """Validation and test scores of the published detectors (each picks its setting on validation).
+def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, Callable[[list], np.ndarray]]:
+    """Fit the published detectors (each picks its setting on validation); return their scorers.
 
-    Returns:
-        ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
+    Supervised ones (Lookback Lens, SinkProbe) fit on train with ``C`` by validation AUROC; LLM-Check,
+    INTRYGUE and TOHA choose their setting on validation; RAUQ has none. A scorer maps records of any
+    dataset to ``[n]`` scores (higher = more likely hallucinated), so a detector fitted here can be
+    tested on another dataset (transfer).
     """
     from halubench_data.metrics import auroc
 
     from halluprobe import detectors as d
 
-    tr, va, te = records["train"], records["validation"], records["test"]
+    tr, va = records["train"], records["validation"]
     y_tr, y_va = labels["train"], labels["validation"]
-    out: dict[str, dict[str, np.ndarray]] = {}
+    out: dict[str, Callable[[list], np.ndarray]] = {}
 
     def supervised(name, cls, matrix):
         def fit(c):
@@ -42,11 +44,11 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
             return auroc(det.raw_score(matrix(va)), y_va), det
 
         _, _, det = best_by_validation(CS, fit)  # fit on train, C by validation AUROC (ties to the smaller C)
-        out[name] = {"validation": det.raw_score(matrix(va)), "test": det.raw_score(matrix(te))}
+        out[name] = lambda recs: det.raw_score(matrix(recs))
 
     def chosen_on_validation(name, det, matrix):
         det.fit(matrix(va), y_va)
-        out[name] = {"validation": det.raw_score(matrix(va)), "test": det.raw_score(matrix(te))}
+        out[name] = lambda recs: det.raw_score(matrix(recs))
 
     supervised("LookbackLens", d.LookbackLens, d.lookback_matrix)
     supervised("SinkProbe", d.SinkProbe, lambda r: d.sink_matrix(r, 1))
@@ -56,15 +58,21 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
     if toha:
         chosen_on_validation("TOHA", d.TOHA(), d.toha_matrix)
     rauq, lp = d.RAUQ().fit(), logit_names.index("answer_logprob")
-
-    def rauq_in(recs):
-        return [(prev, np.exp(logp)) for prev, logp in d.rauq_inputs(recs, lp)]
-
-    out["RAUQ"] = {
-        "validation": rauq.decision_function(rauq_in(va)),
-        "test": rauq.decision_function(rauq_in(te)),
-    }
+    out["RAUQ"] = lambda recs: rauq.decision_function([(p, np.exp(q)) for p, q in d.rauq_inputs(recs, lp)])
     return out
+
+
+def published_scores(records, labels, order, logit_names, toha: bool) -> dict[str, dict[str, np.ndarray]]:
+    """Validation and test scores of the published detectors (:func:`fit_published`).
+
+    Returns:
+        ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
+    """
+    scorers = fit_published(records, labels, order, logit_names, toha)
+    return {
+        name: {"validation": score(records["validation"]), "test": score(records["test"])}
+        for name, score in scorers.items()
+    }
 
 
 def run_training(
@@ -72,8 +80,8 @@ def run_training(
 ) -> str:
     """Fit, evaluate and report; returns the Markdown results table printed by the CLI."""
     from flashstats_hf import LOGIT_STAT_NAMES
-    from halubench_data import text_only_baselines
-    from halubench_data.metrics import evaluate, results_table, select_threshold
+    from halubench_data import text_only_scores
+    from halubench_data.metrics import results_table
 
     from halluprobe.detector import Detector
     from halluprobe.induction import induction_scores, rank_heads
@@ -96,43 +104,45 @@ def run_training(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
         labels["validation"], progress=print,
     )  # fmt: skip
-    results, test_scores = {}, {}
+    from halluprobe.evaluation import (
+        MethodScores,
+        evaluate_methods,
+        holm_families,
+        paired_test,
+        write_results,
+    )
+
+    y_val = labels["validation"]
+    methods = []
     for name, fit in fits.items():
-        test_scores[name] = fit.predict_proba(records["test"])
-        results[name] = evaluate(test_scores[name], labels["test"], groups["test"], fit.threshold)
+        val_s, test_s = fit.predict_proba(records["validation"]), fit.predict_proba(records["test"])
+        methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
         Detector(fit, proxy, ext.layers, ext.hidden_layers).save(out / "detectors" / name)
     if published:
         print("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
         for name, sc in pub.items():
-            thr = select_threshold(sc["validation"], labels["validation"])
-            test_scores[name] = sc["test"]
-            results[name] = evaluate(sc["test"], labels["test"], groups["test"], thr)
-    for name, res in text_only_baselines(ds).items():
-        results[f"text-only {name}"] = res
-    tests = _addition_tests(fits, test_scores, labels["test"], groups["test"])
-    table = results_table(results)
+            methods.append(
+                MethodScores.chosen_on_validation(name, "detector", sc["validation"], sc["test"], y_val)
+            )
+    for name, (val_s, test_s) in text_only_scores(ds).items():
+        methods.append(
+            MethodScores.chosen_on_validation(f"text-only {name}", "text-only", val_s, test_s, y_val)
+        )
+    ev = evaluate_methods(ds.name, methods, labels["test"], groups["test"])
+    tests = holm_families(
+        paired_test(ev, base, full, "f1", family="additions", key="f1")
+        for base, full in ADDITIONS
+        if base in fits and full in fits
+    )
+    table = results_table(dict(ev.results))
     from halluprobe.report import write_report
 
-    write_report(out, table, results, test_scores, labels["test"], fits, tests, ds.name)
+    selection = {
+        n: {"C": f.C, "threshold": f.threshold, "val_auroc": f.val_auroc, **f.selection}
+        for n, f in fits.items()
+    }
+    write_results(out, [ev], tests, extra={"selection": selection}, plots=False)
+    test_scores = {name: m.test for name, m in ev.methods.items()}
+    write_report(out, table, test_scores, labels["test"], fits, tests, ds.name)
     return table
-
-
-def _addition_tests(fits, test_scores, y, groups) -> list[dict[str, Any]]:
-    """Paired group bootstrap (100,000 resamples, seed 42) of F1 for each block addition, Holm-corrected."""
-    from halubench_data.metrics import holm, paired_bootstrap
-
-    rows = []
-    for base, full in ADDITIONS:
-        if base in fits and full in fits:
-            res = paired_bootstrap(
-                test_scores[base], test_scores[full], y, groups, "f1", n=100_000, seed=42,
-                thresholds=(fits[base].threshold, fits[full].threshold),
-            )  # fmt: skip
-            rows.append(
-                {"comparison": f"{base} -> {full}", "delta": res.delta, "ci": res.ci, "p": res.p_value}
-            )
-    if rows:
-        for row, p in zip(rows, holm([r["p"] for r in rows]), strict=True):
-            row["p_holm"] = float(p)
-    return rows

@@ -4,7 +4,7 @@ Labels everywhere: 1 = hallucinated (the context does not support the answer), 0
 Scores everywhere: higher means more likely hallucinated.
 """
 
-from .baselines import answer_lengths, length_baseline, text_only_baselines, tfidf_baseline
+from .baselines import answer_lengths, length_baseline, text_only_baselines, text_only_scores, tfidf_baseline
 from .builders import (
     FieldMap,
     build_claims,
@@ -79,6 +79,7 @@ __all__ = [
     "build_default",
     "length_baseline",
     "text_only_baselines",
+    "text_only_scores",
     "tfidf_baseline",
     "BUILDERS",
     "C_GRID",

@@ -92,6 +92,26 @@ def tfidf_baseline(
     return evaluate(test_scores, test.labels, test.groups, threshold, n_bootstrap=n_bootstrap, seed=seed)
 
 
+def text_only_scores(ds: Dataset, *, seed: int = 42) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Validation and test scores of both baselines, keyed ``"length"`` and ``"tfidf"``.
+
+    The length score is signed by the direction chosen on validation; each baseline's threshold is
+    then the validation-F1 one (``select_threshold``), as in :func:`length_baseline` and
+    :func:`tfidf_baseline`.
+
+    Returns:
+        ``{name: (validation scores [N_val], test scores [N_test])}``, higher = more likely hallucinated.
+    """
+    _, val, test = _splits(ds)
+    v_len = answer_lengths(val).astype(np.float64)
+    sign = 1.0 if auroc(v_len, val.labels) >= 0.5 else -1.0
+    tf_val, tf_test, _ = tfidf_scores(ds, seed=seed)
+    return {
+        "length": (sign * v_len, sign * answer_lengths(test).astype(np.float64)),
+        "tfidf": (tf_val, tf_test),
+    }
+
+
 def text_only_baselines(ds: Dataset, *, n_bootstrap: int = 10_000, seed: int = 42) -> dict[str, EvalResult]:
     """Both baselines on one dataset, keyed ``"length"`` and ``"tfidf"``."""
     return {
