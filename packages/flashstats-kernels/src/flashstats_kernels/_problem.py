@@ -1,6 +1,6 @@
 """Input validation and normalisation shared by every backend.
 
-:func:`check_problem` turns the user's arguments into a :class:`Problem`: validated shapes, a resolved
+`check_problem` turns the user's arguments into a `Problem`: validated shapes, a resolved
 ``scale``, and ``prompt_len`` as a ``[B]`` int64 tensor on the inputs' device. Nothing here reads a
 CUDA tensor back to the host.
 """
@@ -216,7 +216,7 @@ def check_problem(
     softcap: object,
     window: object,
 ) -> Problem:
-    """Validates every argument of a call and normalises the options (see :class:`Problem`)."""
+    """Validates every argument of a call and normalises the options (see `Problem`)."""
     b, hq, hkv, r, seq, d = check_qk(q, k, v)
     device = q.device  # type: ignore[union-attr]
     scale_f, softcap_f, window_i = check_options(scale, softcap, window, d)

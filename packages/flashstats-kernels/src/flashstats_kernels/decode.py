@@ -78,10 +78,11 @@ def decode_attention(
 
     The cache holds ``Lc`` slots of which the first ``kv_len`` are written; the new rows are the last
     ``R`` of those (their own keys are already in the cache), so row ``i`` sits at position
-    ``kv_len - R + i`` and everything else follows :func:`response_attention` on ``k[:, :, :kv_len]``.
-    T1 and T2 are returned per new row; T3 is *accumulated*: the rows' weights are added to
-    ``column_state`` in place (a row's weights are final once it is computed), so after the last step
-    ``column_state.stats()`` equals :func:`response_columns` over all the rows of the stream.
+    ``kv_len - R + i`` and everything else follows
+    [`response_attention`][flashstats_kernels.response_attention] on ``k[:, :, :kv_len]``. T1 and T2 are
+    returned per new row; T3 is *accumulated*: the rows' weights are added to ``column_state`` in place (a
+    row's weights are final once it is computed), so after the last step ``column_state.stats()`` equals
+    [`response_columns`][flashstats_kernels.response_columns] over all the rows of the stream.
 
     On Triton the keys are split into ``splits`` ranges (flash-decoding) whose partial states are merged
     in a fixed order by the package's merge rule: bitwise identical across runs, and independent of the

@@ -113,7 +113,7 @@ class ColumnState:
     """Running T3 state of a decoding stream: column sums and row counts over the rows seen so far.
 
     A row's weights are final once the row is computed, so the column statistics of a stream are sums
-    over its rows, accumulated step by step (:func:`flashstats_kernels.decode_attention` adds each
+    over its rows, accumulated step by step ([`flashstats_kernels.decode_attention`][] adds each
     step's rows in place). ``L`` is the cache capacity; keys not yet written hold 0.
     """
 

@@ -43,7 +43,7 @@ def response_attention_varlen(
     window: int | None = None,
     backend: str = "auto",
 ) -> AttentionResult:
-    """:func:`~flashstats_kernels.response_attention` of ``N`` packed sequences, in one call.
+    """[`response_attention`][flashstats_kernels.response_attention] of ``N`` packed sequences, in one call.
 
     Sequence ``b`` owns query rows ``cu_seqlens_q[b] <= t < cu_seqlens_q[b] + R_b`` and keys
     ``cu_seqlens_k[b] <= t < cu_seqlens_k[b] + L_b``, with ``R_b = cu_seqlens_q[b + 1] - cu_seqlens_q[b]``
@@ -64,8 +64,8 @@ def response_attention_varlen(
             slot (rows left out read as rows that see no key: ``out`` 0, ``lse`` ``-inf``, statistics 0).
         seqused_k: [N] integer or None. use only the first ``seqused_k[b]`` keys of each slot (the
             column statistics of the others are 0).
-        request: statistic families, as in :func:`~flashstats_kernels.response_attention`. Tuple sink
-            positions count from each sequence's first key; a tensor is ``[N, S]``.
+        request: statistic families, as in [`response_attention`][flashstats_kernels.response_attention].
+            Tuple sink positions count from each sequence's first key; a tensor is ``[N, S]``.
         key_mask: [TK] bool or None. False marks a key that no row sees (e.g. padding inside a sequence).
         prompt_len: int (every sequence), [N] integer tensor, or None (``L_b - R_b``).
         scale: score scale, default ``1 / sqrt(D)``.
@@ -167,7 +167,7 @@ def check_varlen(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_q, seqused_k, key_mask,
     prompt_len, scale, softcap, window,
 ) -> tuple[Problem, Varlen]:  # fmt: skip
-    """Validates a packed call: the options as a :class:`Problem` (``B = 1``) and the sequence table."""
+    """Validates a packed call: the options as a `Problem` (``B = 1``) and the sequence table."""
     _check_3d(q, k, v)
     (tq, hq, d), (tk, hkv) = q.shape, k.shape[:2]
     device = q.device

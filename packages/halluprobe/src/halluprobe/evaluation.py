@@ -1,12 +1,12 @@
 """Evaluation of many methods: typed results, paired group bootstrap with Holm families, transfer.
 
 The protocol (paper Section 5.3): every method brings validation and test scores (higher = more
-likely hallucinated) and a threshold chosen on validation only; :func:`evaluate_methods` scores the
+likely hallucinated) and a threshold chosen on validation only; `evaluate_methods` scores the
 test split of one dataset with group-bootstrap intervals (``halubench_data.evaluate``). Paired tests
-(:func:`paired_test`) resample the test groups once for both methods; :func:`holm_families` corrects
+(`paired_test`) resample the test groups once for both methods; `holm_families` corrects
 each family of tests (one comparison and metric over datasets, say) with Holm's step-down method.
-:func:`transfer` applies a method fitted on one dataset, at its own validation threshold, to another
-dataset's test split (paper Appendix M). :func:`write_results` writes ``results.json``,
+`transfer` applies a method fitted on one dataset, at its own validation threshold, to another
+dataset's test split (paper Appendix M). `write_results` writes ``results.json``,
 ``results.md`` and ROC / precision-recall plots.
 """
 
@@ -111,7 +111,7 @@ class PairedTest:
     p: float
     """Two-sided bootstrap p-value."""
     p_holm: float | None = None
-    """Holm-adjusted p-value within the family (:func:`holm_families`)."""
+    """Holm-adjusted p-value within the family (`holm_families`)."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def results_document(
     transfers: Sequence[TransferResult] = (),
     extra: Mapping[str, object] | None = None,
 ) -> dict:
-    """The JSON-ready document of :func:`write_results` (NaN written as ``null``)."""
+    """The JSON-ready document of `write_results` (NaN written as ``null``)."""
     doc = {
         "format": 1,
         "scores": "higher means more likely hallucinated; hallucinated when score >= threshold",

@@ -1,13 +1,13 @@
 """Token-level localisation: per-token features, a token probe, character spans and span F1.
 
 A token probe scores every answer token (higher = more likely inside a hallucinated span) from the
-token's head-mean attention statistics of every scored layer (:data:`halluprobe.records.HEAD_STATS`)
+token's head-mean attention statistics of every scored layer (`halluprobe.records.HEAD_STATS`)
 and its logit statistics. It follows the sequence probes' protocol: a class-balanced logistic
 regression fitted on the training tokens (a token is positive when it overlaps an annotated span),
-``C`` in :data:`TOKEN_CS` chosen by validation token AUROC, then the threshold by validation span F1.
+``C`` in `TOKEN_CS` chosen by validation token AUROC, then the threshold by validation span F1.
 
 Spans: the characters of every token scored at or above the threshold, merged into maximal runs
-(:func:`decode_spans`). Span precision, recall and F1 count characters: overlap of predicted and
+(`decode_spans`). Span precision, recall and F1 count characters: overlap of predicted and
 annotated characters over predicted (precision) and annotated (recall) characters, summed over the
 answers of a split (micro average), the character-level span metric that LettuceDetect reports.
 """
@@ -48,7 +48,7 @@ def token_features(fs, b: int, length: int) -> np.ndarray:
     """``[A, NL * 8 + V] float32``: per-token head-mean attention statistics of every layer + logit stats.
 
     Args:
-        fs: A :class:`flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
+        fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
         b: Example index in the batch.
         length: Its answer length ``A``.
 
@@ -99,7 +99,7 @@ def decode_spans(offsets: np.ndarray, scores: np.ndarray, threshold: float, n_ch
     """Character spans of the answer covered by tokens scored ``>= threshold``.
 
     Args:
-        offsets: ``[A, 2] int``. Token character offsets (:func:`token_offsets`).
+        offsets: ``[A, 2] int``. Token character offsets (`token_offsets`).
         scores: ``[A] float``. Token scores (higher = more likely hallucinated).
         threshold: flag a token when its score is at least this.
         n_chars: the answer's length in characters.
@@ -120,7 +120,7 @@ class TokenExample:
     """One answer's per-token inputs and its annotated characters."""
 
     features: np.ndarray
-    """``[A, F] float32``: :func:`token_features`."""
+    """``[A, F] float32``: `token_features`."""
     offsets: np.ndarray
     """``[A, 2] int``: token character offsets in the answer."""
     gold: np.ndarray
@@ -200,7 +200,7 @@ class TokenProbe:
         return np.stack([1.0 - p, p], 1)
 
     def spans(self, features: np.ndarray, offsets: np.ndarray, n_chars: int) -> tuple[Span, ...]:
-        """Character spans of the tokens whose logit reaches :attr:`threshold`."""
+        """Character spans of the tokens whose logit reaches `threshold`."""
         return decode_spans(offsets, self.decision_function(features), self.threshold, n_chars)
 
 

@@ -48,7 +48,7 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray, pr
 def write_report(out: Path, table: str, test_scores, y, fits, tests, dataset_name: str) -> Path:
     """Write ``out/report.md`` (results table, selections, addition tests, plots); returns its path.
 
-    ``tests`` are :class:`halluprobe.evaluation.PairedTest` with ``p_holm`` set.
+    ``tests`` are `halluprobe.evaluation.PairedTest` with ``p_holm`` set.
     """
     plot_curves(out, test_scores, np.asarray(y))
     lines = [

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from halubench_data import clikit
 from halubench_data.files import atomic_write_bytes
 from halubench_data.metrics import best_by_validation
 
@@ -63,7 +64,7 @@ def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, 
 
 
 def published_scores(records, labels, order, logit_names, toha: bool) -> dict[str, dict[str, np.ndarray]]:
-    """Validation and test scores of the published detectors (:func:`fit_published`).
+    """Validation and test scores of the published detectors (`fit_published`).
 
     Returns:
         ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
@@ -94,7 +95,7 @@ def run_training(
         labels[split], groups[split] = _split_arrays(ds, split)
     n_layers = int(ext.model.config.num_hidden_layers)
     layers = ext.layers if ext.layers is not None else tuple(range(n_layers))
-    print("ranking induction heads on the proxy")
+    clikit.status("ranking induction heads on the proxy")
     ind = induction_scores(ext.model)
     order = rank_heads(ind, layers)
     atomic_write_bytes(
@@ -119,7 +120,7 @@ def run_training(
         methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
         Detector(fit, proxy, ext.layers, ext.hidden_layers).save(out / "detectors" / name)
     if published:
-        print("fitting the published detectors")
+        clikit.status("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
         for name, sc in pub.items():
             methods.append(

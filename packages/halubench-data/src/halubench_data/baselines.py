@@ -96,8 +96,8 @@ def text_only_scores(ds: Dataset, *, seed: int = 42) -> dict[str, tuple[np.ndarr
     """Validation and test scores of both baselines, keyed ``"length"`` and ``"tfidf"``.
 
     The length score is signed by the direction chosen on validation; each baseline's threshold is
-    then the validation-F1 one (``select_threshold``), as in :func:`length_baseline` and
-    :func:`tfidf_baseline`.
+    then the validation-F1 one (``select_threshold``), as in `length_baseline` and
+    `tfidf_baseline`.
 
     Returns:
         ``{name: (validation scores [N_val], test scores [N_test])}``, higher = more likely hallucinated.

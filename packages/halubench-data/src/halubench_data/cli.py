@@ -6,10 +6,11 @@ The parser is built without importing scikit-learn or ``datasets``, so ``--help`
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import clikit
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -22,9 +23,10 @@ SPEC_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (no heavy imports)."""
-    parser = argparse.ArgumentParser(
-        prog="halubench-data",
-        description="Leakage-filtered contextual-hallucination datasets (label 1 = hallucinated).",
+    parser = clikit.make_parser(
+        "halubench-data",
+        "Leakage-filtered contextual-hallucination datasets (label 1 = hallucinated).",
+        dist="halubench-data",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
@@ -40,11 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
     b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
-    s = sub.add_parser("stats", help="print counts per source, label and split of a JSONL dataset")
+    s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     s.add_argument("spec", help=SPEC_HELP)
-    t = sub.add_parser(
-        "baselines", help="answer-only baselines (length, TF-IDF) on a JSONL dataset's test split"
-    )
+    t = sub.add_parser("baselines", help="answer-only baselines (length, TF-IDF) on a dataset's test split")
     t.add_argument("spec", help=SPEC_HELP)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
@@ -65,36 +65,53 @@ def _build(args: argparse.Namespace) -> Dataset:
     return load(args.spec, options=options)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 bad input or refused overwrite)."""
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "build":
-            from .io import write_jsonl
+def cmd_build(args: argparse.Namespace) -> int:
+    """``halubench-data build``: the dataset to ``--out`` (atomically); refuses an empty result."""
+    from .io import write_jsonl
 
-            if args.out.exists() and not args.overwrite:
-                raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-            ds = _build(args)
-            if ds.report is not None:
-                print(ds.report.summary())
-            print(ds.stats_table())
-            write_jsonl(ds, args.out, overwrite=args.overwrite)
-            print(f"wrote {len(ds)} examples to {args.out}")
-        elif args.command == "stats":
-            from .select import load
-
-            print(load(args.spec).stats_table())
-        else:
-            from .baselines import text_only_baselines
-            from .metrics import results_table
-            from .select import load
-
-            ds = load(args.spec)
-            print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        print(f"halubench-data: error: {err}", file=sys.stderr)
-        return 1
+    if args.out.exists() and not args.overwrite:
+        raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
+    if args.out.is_dir():
+        raise clikit.UsageError(f"--out {args.out} is a folder; expected a JSONL file path")
+    ds = _build(args)
+    if ds.report is not None:
+        clikit.status(ds.report.summary())
+    if len(ds) == 0:
+        raise clikit.UsageError(
+            f"{args.spec}: the builder kept no examples (nothing written); "
+            "check that the file has the builder's format and that --task/--model name values it holds"
+        )
+    print(ds.stats_table())
+    write_jsonl(ds, args.out, overwrite=args.overwrite)
+    print(f"wrote {len(ds)} examples to {args.out}")
     return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """``halubench-data stats``: counts per source, label and split."""
+    from .select import load
+
+    print(load(args.spec).stats_table())
+    return 0
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    """``halubench-data baselines``: answer-only baselines on the test split."""
+    from .baselines import text_only_baselines
+    from .metrics import results_table
+    from .select import load
+
+    ds = load(args.spec)
+    print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
+    return 0
+
+
+COMMANDS = {"build": cmd_build, "stats": cmd_stats, "baselines": cmd_baselines}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; the exit status follows `halubench_data.clikit` (0 ok, 1 failure, 2 bad input)."""
+    return clikit.run(build_parser(), COMMANDS, argv)
 
 
 if __name__ == "__main__":

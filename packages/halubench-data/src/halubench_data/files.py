@@ -1,7 +1,7 @@
 """Atomic file writing shared by every package: a reader never sees a half-written file.
 
 Every writer of the workspace (datasets, caches, saved detectors, reports) goes through
-:func:`atomic_path`: the content is written to a temporary file in the destination folder, synced,
+`atomic_path`: the content is written to a temporary file in the destination folder, synced,
 given the permissions a plain ``open(path, "w")`` would give (``0o666`` minus the process umask;
 ``tempfile.mkstemp`` alone leaves ``0o600``), then renamed into place. A crash leaves the old file,
 if any, intact and removes the temporary file.
@@ -57,7 +57,7 @@ def atomic_path(path: str | os.PathLike[str], *, overwrite: bool = True) -> Iter
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> Path:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_path`); returns ``path``.
+    """Write ``data`` to ``path`` atomically (see `atomic_path`); returns ``path``.
 
     Raises:
         FileExistsError: when ``path`` exists and ``overwrite`` is false.
@@ -68,7 +68,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, overwrite: 
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: bool = False) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_path`); returns ``path``.
+    """Write UTF-8 ``text`` to ``path`` atomically (see `atomic_path`); returns ``path``.
 
     Raises:
         FileExistsError: when ``path`` exists and ``overwrite`` is false (the default, so that a

@@ -2,14 +2,14 @@
 
 A dataset spec is one of:
 
-- ``default``: the embedded synthetic dataset (:func:`~halubench_data.build_default`);
-- ``PATH``: a JSONL file written by :func:`~halubench_data.write_jsonl` (an existing file);
+- ``default``: the embedded synthetic dataset (`halubench_data.build_default`);
+- ``PATH``: a JSONL file written by `halubench_data.write_jsonl` (an existing file);
 - ``NAME:PATH``: the builder ``NAME`` run on the local file or folder ``PATH``, e.g.
   ``ragtruth:../shared/data/ragtruth``, ``ragtruth-qa:../shared/data/ragtruth`` (one task only),
-  ``faithbench:data/faithbench``, ``wice:data/llm-aggrefact``. :data:`BUILDERS` lists the names.
+  ``faithbench:data/faithbench``, ``wice:data/llm-aggrefact``. `BUILDERS` lists the names.
 
 ``halluprobe --dataset``, ``halujudge --dataset`` and the ``halubench-data`` commands all take a
-spec and call :func:`load`.
+spec and call `load`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class DatasetSpec:
     """A parsed dataset spec: a builder name and its source, or a JSONL file."""
 
     name: str
-    """A name of :data:`BUILDERS`, or ``"jsonl"`` for a file."""
+    """A name of `BUILDERS`, or ``"jsonl"`` for a file."""
     path: Path | None
     """The builder's source or the JSONL file (``None`` for ``default``)."""
 
@@ -118,13 +118,13 @@ def load(
     """The dataset of a spec (see the module docstring), optionally subsampled per split.
 
     Args:
-        spec: ``default``, a JSONL file or ``NAME:PATH`` (or a parsed :class:`DatasetSpec`).
-        limit: at most this many examples per split (:func:`subsample`); ``None`` keeps all.
+        spec: ``default``, a JSONL file or ``NAME:PATH`` (or a parsed `DatasetSpec`).
+        limit: at most this many examples per split (`subsample`); ``None`` keeps all.
         seed: seed of the subsample.
         options: builder settings (seed of splits, RAGTruth tasks and models, ...).
 
     Raises:
-        ValueError, FileNotFoundError: see :func:`parse_spec`; a builder's own errors pass through.
+        ValueError, FileNotFoundError: see `parse_spec`; a builder's own errors pass through.
     """
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     opts = options or BuildOptions()

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from halubench_data import Dataset, atomic_write_text, load, results_table
+from halubench_data import Dataset, atomic_write_text, clikit, load, results_table
 
 from halujudge.cache import ScoreCache
 from halujudge.evaluation import JudgeRun, TemplateSelection, run_evaluation, select_template
@@ -66,10 +66,10 @@ def evaluate_command(args: argparse.Namespace) -> str:
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")
     if cache.dropped_partial:
-        print(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
+        clikit.status(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
     scorer, method = _scorer(args)
     selection: TemplateSelection | None = None
-    progress = not args.no_progress
+    progress = not args.no_progress and not clikit.is_quiet()
     if args.judge is not None:
         if args.template == "auto":
             pool = [load(s, limit=args.limit) for s in args.select_on or []] or [dataset]

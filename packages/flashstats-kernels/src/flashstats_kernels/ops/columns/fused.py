@@ -79,7 +79,7 @@ def _col_range(
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """Run :func:`_col_tile` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
+    """Run `_col_tile` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_m = lo
         while start_m < hi:
@@ -232,7 +232,8 @@ def columns_triton(
             sequence covers get 0.
 
     Returns:
-        :class:`ColumnStats`: sum and mean, [B, Hq, L] float32 each; bitwise deterministic.
+        [`ColumnStats`][flashstats_kernels.ColumnStats]: sum and mean, [B, Hq, L] float32 each; bitwise
+        deterministic.
 
     Shape:
         q: [B, Hq, R, D]; k: [B, Hkv, L, D]; lse: [B, Hq, R]; sum, mean: [B, Hq, L].

@@ -2,7 +2,7 @@
 
 The new rows are the last ``R`` of the first ``kv_len`` keys, so the forward, the lookups and the
 column pass of the chunked backend apply unchanged to ``k[:, :, :kv_len]``; the column sums they return
-and the counts computed here are added to the running :class:`~flashstats_kernels.state.ColumnState`.
+and the counts computed here are added to the running [`ColumnState`][flashstats_kernels.ColumnState].
 This is the CPU path; it reads ``kv_len`` on the host.
 """
 

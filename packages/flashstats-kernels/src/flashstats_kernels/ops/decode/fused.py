@@ -271,7 +271,7 @@ def decode_triton(
     columns: ColumnState | None,
     splits: int | None = None,
 ) -> AttentionResult:
-    """One decoding step, split-K over the cache (arguments of :func:`flashstats_kernels.decode_attention`).
+    """One decoding step, split-K over the cache (arguments of [`flashstats_kernels.decode_attention`][]).
 
     Args:
         q: [B, Hq, R, D]. the new rows; any strides.
@@ -287,7 +287,7 @@ def decode_triton(
         sink_positions: [B, S] int64 (compute T2) or None (skip T2).
         diag_eps: clamp of ``diag_log``.
         columns: running column state ``[B, Hq, Lc]`` updated in place, or None (skip T3).
-        splits: key splits (None: :func:`default_splits`).
+        splits: key splits (None: `default_splits`).
 
     Returns:
         AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked.

@@ -1,8 +1,9 @@
 """Readable fp64 reference of the decoding op: new rows against the first ``kv_len`` keys of a cache.
 
 The new rows are the last ``R`` of the ``kv_len`` valid keys, so this is the response-stage reference
-(:func:`flashstats_kernels.naive.naive_response_attention`) on the valid part of the cache, plus the
-increments that the rows add to the running column state (``SEMANTICS.md``, "Decoding").
+([`flashstats_kernels.naive.naive_response_attention`][flashstats_kernels.naive_response_attention]) on the
+valid part of the cache, plus the increments that the rows add to the running column state (``SEMANTICS.md``,
+"Decoding").
 """
 
 from __future__ import annotations

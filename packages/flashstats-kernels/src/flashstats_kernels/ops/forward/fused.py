@@ -13,7 +13,7 @@ non-negative terms and never cancels), ``q2 = sum 2^(2 (s - m))`` (``sum p^2 = q
 ``alpha = 2^(m - m')``: ``a <- alpha (a + l (m - m'))``, ``l <- alpha l``, ``q2 <- alpha^2 q2``,
 ``pm <- alpha pm``, before the tile's own terms are added.
 
-The helpers at the top (:func:`_scores_log2`, :func:`_mma_cast` and the launcher helpers) are shared
+The helpers at the top (`_scores_log2`, `_mma_cast` and the launcher helpers) are shared
 by the T2 and T3 kernels of ``ops.lookups.fused`` and ``ops.columns.fused``.
 """
 
@@ -141,7 +141,7 @@ def _fwd_range(
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Run :func:`_fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
+    """Run `_fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_n = lo
         while start_n < hi:
@@ -468,7 +468,7 @@ def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
     """Fixed tile sizes of the forward, or None when the kernel is autotuned (CUDA, 16-bit inputs).
 
     The interpreter runs one small config; fp32 and fp8-e5m2 inputs (fp32 or fp16 dot operands) run a
-    fixed config; bf16 and fp16 are autotuned over :data:`_FORWARD_TABLES` once per key (head-dim
+    fixed config; bf16 and fp16 are autotuned over `_FORWARD_TABLES` once per key (head-dim
     class, statistic and mask flags, coarse size).
     """
     if interpreting():
@@ -556,8 +556,8 @@ def forward_triton(
 
     Returns:
         ``(out, lse, row_stats)``: out [B, Hq, R, D] in q's dtype; lse [B, Hq, R] float32 natural log
-        (``-inf`` on rows that see no key); :class:`RowStats` of [B, Hq, R] float32 tensors, or None when
-        ``rows`` is False. A packed launch returns ``out`` with ``[TQ, Hq, D]`` storage.
+        (``-inf`` on rows that see no key); [`RowStats`][flashstats_kernels.RowStats] of [B, Hq, R] float32
+        tensors, or None when ``rows`` is False. A packed launch returns ``out`` with ``[TQ, Hq, D]`` storage.
 
     Shape:
         q: [B, Hq, R, D]; k, v: [B, Hkv, L, D]; out: [B, Hq, R, D]; lse: [B, Hq, R].

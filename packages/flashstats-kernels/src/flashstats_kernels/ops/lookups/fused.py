@@ -149,7 +149,8 @@ def lookups_triton(
             counted from each sequence's first key), or None.
 
     Returns:
-        :class:`LookupStats`: diag_log and prev_weight [B, Hq, R] float32, sink_weights [B, Hq, R, S] float32.
+        [`LookupStats`][flashstats_kernels.LookupStats]: diag_log and prev_weight [B, Hq, R] float32,
+        sink_weights [B, Hq, R, S] float32.
 
     Shape:
         q: [B, Hq, R, D]; k: [B, Hkv, L, D]; lse: [B, Hq, R]; sink_positions: [B, S].
