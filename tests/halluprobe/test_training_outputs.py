@@ -60,3 +60,34 @@ def test_published_scorers_transfer_to_other_records(record_factory):
     for name, score in scorers.items():
         s = score(other)
         assert s.shape == (len(other),) and np.isfinite(s).all(), name
+
+
+def _token_split(rng, n):
+    from halluprobe.localisation import TokenExample
+
+    out = []
+    for i in range(n):
+        flags = rng.random(5) < 0.4
+        feats = np.stack([flags * 2.0 + rng.normal(size=5), rng.normal(size=5)], 1).astype(np.float32)
+        gold = np.repeat(flags, 3)
+        out.append(TokenExample(feats, np.stack([np.arange(5) * 3, np.arange(5) * 3 + 3], 1), gold, f"g{i}"))
+    return out
+
+
+def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory):
+    from halluprobe.detector import Detector
+
+    ds = build_default(n_contexts=12)
+    ext = SimpleNamespace(model=_tiny_llama(), layers=None, hidden_layers=(0,))
+    rng = np.random.default_rng(3)
+    tokens = {
+        "train": _token_split(rng, 40),
+        "validation": _token_split(rng, 20),
+        "test": _token_split(rng, 20),
+    }
+    run_training(ds, _records(ds, record_factory), ext, ["L9"], tmp_path, proxy=None, published=False,
+                 token_examples=tokens)  # fmt: skip
+    loc = json.loads((tmp_path / "results.json").read_text())["localisation"]
+    assert loc["token_auroc"] > 0.8 and 0 < loc["span_f1"] <= 1 and loc["n_answers"] == 20
+    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
+    assert probe is not None and probe.threshold == loc["threshold"] and probe.C == loc["C"]

@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
     p.add_argument(
+        "--token-probe", action="store_true",
+        help="also fit a token probe on the dataset's annotated spans (localisation: token AUROC and "
+        "character span F1 in results.json); every saved detector carries it and `predict --spans` uses it",
+    )  # fmt: skip
+    p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
     )
     p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
@@ -88,13 +93,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
     )
-    p = sub.add_parser("predict", help="score one (context, question, answer) triple")
+    p = sub.add_parser(
+        "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
+    )
     p.add_argument("detector", help="folder of a saved detector")
-    p.add_argument("--context", required=True)
+    p.add_argument("--context", help="the context (with --answer; or use --input)")
     p.add_argument("--question", default="")
-    p.add_argument("--answer", required=True)
+    p.add_argument("--answer", help="the answer to check")
+    p.add_argument(
+        "--input", type=Path, metavar="JSONL",
+        help="a file of JSON lines with 'context', 'answer' and optional 'question' and 'id': the proxy is "
+        "loaded once and the answers scored in batches",
+    )  # fmt: skip
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="answers per proxy forward with --input (default 8)"
+    )
     clikit.add_device_arg(p)
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
+    p.add_argument(
+        "--spans", action="store_true", help="also print the answer's predicted hallucinated spans"
+    )
+    p.add_argument(
+        "--json", action="store_true",
+        help="print one JSON object per answer, one per line: probability, label, threshold, spans",
+    )  # fmt: skip
     return parser
 
 
@@ -174,6 +196,21 @@ def cmd_extract(args) -> int:
     return 0
 
 
+def _token_examples(ds, ext, args) -> dict:
+    """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
+    from halluprobe.localisation import token_examples
+
+    if not any(ex.spans for ex in ds.split("train")):
+        raise clikit.UsageError(
+            f"--token-probe needs annotated spans in the training split of {args.dataset}"
+        )
+    out = {}
+    for split in ("train", "validation", "test"):
+        clikit.status(f"per-token features: {split}")
+        out[split] = token_examples(ds.split(split).examples, ext, batch_size=args.batch_size)
+    return out
+
+
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
     from halluprobe.training import run_training
@@ -190,6 +227,7 @@ def cmd_train(args) -> int:
         proxy=args.proxy,
         published=not args.no_published,
         toha=args.toha,
+        token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
     )
     print(table)
     print(f"report: {Path(args.out) / 'report.md'}")
@@ -226,18 +264,73 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
+
+    Raises:
+        ValueError: ``path:line: ...`` for a line that is not a JSON object with string ``context`` and
+            ``answer`` (``question`` and ``id`` optional).
+    """
+    import json
+
+    ids, triples = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object with 'context' and 'answer'")
+            for key in ("context", "answer", "question"):
+                if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
+                    raise ValueError(f"{path}:{n}: field {key!r} must be a string")
+            ids.append(str(rec.get("id", n)))
+            triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
+    if not triples:
+        raise ValueError(f"{path}: no answers to score")
+    return ids, triples
+
+
+def _prediction_doc(pred, answer: str, item_id: str | None = None) -> dict:
+    doc = {} if item_id is None else {"id": item_id}
+    doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
+    doc["spans"] = [
+        {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
+    ]
+    return doc
+
+
 def cmd_predict(args) -> int:
-    """``halluprobe predict``: probability, label and optionally per-token scores of one answer."""
+    """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
+    import json
+
     from halluprobe.detector import Detector
 
+    if (args.input is None) == (args.context is None or args.answer is None):
+        raise clikit.UsageError("give either --context and --answer, or --input FILE")
+    if args.batch_size < 1:
+        raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     device = clikit.resolve_device(args.device)
+    ids, triples = (
+        read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
+    )
     det = Detector.load(args.detector)
-    pred = det.predict(args.context, args.question, args.answer, device=device)
-    verdict = "hallucinated" if pred.label else "supported"
-    print(f"p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
-    if args.tokens:
-        for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
-            print(f"{s:6.3f}  {tok!r}")
+    preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
+    for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):
+        if args.json:
+            print(json.dumps(_prediction_doc(pred, answer, item_id), ensure_ascii=False))
+            continue
+        verdict = "hallucinated" if pred.label else "supported"
+        head = "" if item_id is None else f"{item_id}: "
+        print(f"{head}p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
+        if args.spans:
+            print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
+        if args.tokens:
+            for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
+                print(f"{s:6.3f}  {tok!r}")
     return 0
 
 

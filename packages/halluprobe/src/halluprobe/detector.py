@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data import Span
 from halubench_data.files import atomic_path, atomic_write_bytes
 
 from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import sha256_file
+from halluprobe.localisation import TokenProbe
 from halluprobe.numeric import sigmoid
 from halluprobe.protocol import ProbeFit
 
@@ -48,6 +50,10 @@ class Prediction:
     """``[A] float64``: per-answer-token probabilities; their logits average to the answer's logit."""
     tokens: list[str]
     """The ``A`` answer tokens as text."""
+    spans: tuple[Span, ...] = ()
+    """Character spans of the answer predicted hallucinated: from the detector's token probe when it has
+    one (tokens whose token-probe logit reaches its span threshold), else the tokens whose
+    ``token_scores`` reach ``threshold``; see `decode_spans`."""
 
 
 def _versions() -> dict[str, str]:
@@ -71,9 +77,15 @@ class Detector:
     """
 
     def __init__(
-        self, fit: ProbeFit, proxy: str | None, layers: Sequence[int] | None, hidden_layers: Sequence[int]
+        self,
+        fit: ProbeFit,
+        proxy: str | None,
+        layers: Sequence[int] | None,
+        hidden_layers: Sequence[int],
+        token_probe: TokenProbe | None = None,
     ):
         self.fit = fit
+        self.token_probe = token_probe
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
@@ -95,6 +107,9 @@ class Detector:
             config, arrays = block.state()
             configs.append(config)
             tensors.update({f"block{i}.{k}": v for k, v in arrays.items()})
+        if self.token_probe is not None:
+            tp = self.token_probe
+            tensors.update({"token.mean": tp.mean, "token.scale": tp.scale, "token.coef": tp.coef})
         with atomic_path(path / _TENSORS) as tmp:
             save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
             digest = sha256_file(tmp)
@@ -112,6 +127,9 @@ class Detector:
             "selection": self.fit.selection,
             "versions": _versions(),
             "tensors_sha256": digest,
+            "token_probe": None
+            if self.token_probe is None
+            else {k: getattr(self.token_probe, k) for k in ("intercept", "C", "threshold", "val_auroc")},
         }
         atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1).encode())
         return path
@@ -151,7 +169,13 @@ class Detector:
                 intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
                 val_auroc=float(doc["val_auroc"]), selection=dict(doc.get("selection", {})),
             )  # fmt: skip
-            return cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"])
+            tp = doc.get("token_probe")
+            token_probe = None
+            if tp is not None:
+                arrays = (tensors["token.mean"], tensors["token.scale"], tensors["token.coef"])
+                scalars = (float(tp[k]) for k in ("intercept", "C", "threshold", "val_auroc"))
+                token_probe = TokenProbe(*arrays, *scalars)
+            return cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a valid halluprobe detector: {exc!r}") from exc
 
@@ -171,28 +195,70 @@ class Detector:
         return self._extractor
 
     def predict(self, context: str, question: str, answer: str, *, device: str | None = None) -> Prediction:
-        """Score one triple with the proxy (higher = more likely hallucinated).
+        """Score one triple with the proxy; see `Prediction` (higher = more likely hallucinated)."""
+        return self.predict_batch([(context, question, answer)], device=device)[0]
 
-        Returns:
-            A [`Prediction`][halluprobe.Prediction].
+    def predict_batch(
+        self, triples: Sequence[tuple[str, str, str]], *, device: str | None = None, batch_size: int = 8
+    ) -> list[Prediction]:
+        """Score many ``(context, question, answer)`` triples with one loaded proxy, in batched forwards.
+
+        Triples are grouped by length into forwards of at most ``batch_size``; the predictions come
+        back in input order and match `predict` on each triple up to padding round-off.
+
+        Raises:
+            ValueError: when a triple is not three strings or an answer is empty, or ``batch_size < 1``.
         """
-        from halluprobe.records import reduce_forward, token_records
+        from halluprobe.extract import plan_batches
+        from halluprobe.records import reduce_forward
 
+        items = [_Triple(f"item{i}", *_check_triple(i, t)) for i, t in enumerate(triples)]
         ext = self.extractor(device)
-        ids, start = ext.encode(_Triple("query", context, question, answer))
-        fs = ext.forward([(ids, start)])
-        (record,) = reduce_forward(fs, ["query"])
+        encoded = [ext.encode(it) for it in items]
+        out: list[Prediction | None] = [None] * len(items)
+        for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
+            fs = ext.forward([encoded[i] for i in idx])
+            records = reduce_forward(fs, [items[i].id for i in idx])
+            for b, (i, record) in enumerate(zip(idx, records, strict=True)):
+                out[i] = self._prediction(ext, fs, b, record, encoded[i], items[i].answer)
+        return [p for p in out if p is not None]
+
+    def _prediction(self, ext, fs, b: int, record, encoded: tuple[list[int], int], answer: str) -> Prediction:
+        from halluprobe.localisation import decode_spans, token_features, token_offsets
+        from halluprobe.records import token_records
+
+        ids, start = encoded
         logit = float(self.fit.decision_function([record])[0])
-        token_logits = self.fit.decision_function(token_records(fs, 0, record))
+        token_probs = sigmoid(self.fit.decision_function(token_records(fs, b, record)))
         prob = float(sigmoid(logit))
-        tokens = [ext.tokenizer.decode([t]) for t in ids[start:]]
+        offsets = token_offsets(ext.tokenizer, answer, ids[start:])
+        if self.token_probe is not None:
+            feats = token_features(fs, b, record.answer_len)
+            spans = self.token_probe.spans(feats, offsets, len(answer))
+        else:
+            spans = decode_spans(offsets, token_probs, self.fit.threshold, len(answer))
         return Prediction(
             probability=prob,
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
-            token_scores=sigmoid(token_logits),
-            tokens=tokens,
+            token_scores=token_probs,
+            tokens=[ext.tokenizer.decode([t]) for t in ids[start:]],
+            spans=spans,
         )
+
+
+def _check_triple(i: int, triple) -> tuple[str, str, str]:
+    if (
+        not isinstance(triple, tuple | list)
+        or len(triple) != 3
+        or not all(isinstance(x, str) for x in triple)
+    ):
+        raise ValueError(
+            f"item {i}: expected a (context, question, answer) triple of strings, got {triple!r:.80}"
+        )
+    if not triple[2].strip():
+        raise ValueError(f"item {i}: the answer is empty")
+    return triple[0], triple[1], triple[2]
 
 
 @dataclass

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from halubench_data import Span
 from halubench_data.metrics import best_by_validation
+
+if TYPE_CHECKING:
+    from flashstats_hf.types import ForwardStats
+
+    from halluprobe.extract import ProxyExtractor
 
 __all__ = [
     "MAX_TRAIN_TOKENS",
@@ -31,9 +37,11 @@ __all__ = [
     "choose_span_threshold",
     "decode_spans",
     "evaluate_spans",
+    "fit_and_evaluate",
     "fit_token_probe",
     "span_counts",
     "span_prf",
+    "token_examples",
     "token_features",
     "token_offsets",
 ]
@@ -44,7 +52,7 @@ MAX_TRAIN_TOKENS = 200_000
 """At most this many training tokens (a seeded uniform sample) fit the token probe."""
 
 
-def token_features(fs, b: int, length: int) -> np.ndarray:
+def token_features(fs: ForwardStats, b: int, length: int) -> np.ndarray:
     """``[A, NL * 8 + V] float32``: per-token head-mean attention statistics of every layer + logit stats.
 
     Args:
@@ -314,3 +322,38 @@ def evaluate_spans(
         span_f1_ci=_ci(f1s), token_f1=_token_f1(y, s >= threshold), threshold=float(threshold),
         n_answers=len(examples), n_tokens=int(len(y)), n_positive_tokens=int(y.sum()), n_groups=len(groups),
     )  # fmt: skip
+
+
+def token_examples(examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8) -> list[TokenExample]:
+    """Per-token features, character offsets and annotated characters of halubench-data examples.
+
+    Args:
+        examples: `halubench_data.Example`s (their ``spans`` mark the hallucinated characters).
+        ext: a `halluprobe.ProxyExtractor` (its eager recorded forward is used, batched by length).
+        batch_size: examples per forward.
+
+    Returns:
+        One `TokenExample` per example, in input order.
+    """
+    from halluprobe.extract import plan_batches
+
+    encoded = [ext.encode(ex) for ex in examples]
+    out: list[TokenExample | None] = [None] * len(examples)
+    for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
+        fs = ext.forward([encoded[i] for i in idx])
+        for b, i in enumerate(idx):
+            (ids, start), ex = encoded[i], examples[i]
+            feats = token_features(fs, b, int(fs.answer_len[b]))
+            offsets = token_offsets(ext.tokenizer, ex.answer, ids[start:])
+            out[i] = TokenExample(feats, offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group))
+    return [e for e in out if e is not None]
+
+
+def fit_and_evaluate(
+    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500
+) -> tuple[TokenProbe, SpanResult]:
+    """Fit a token probe on ``splits["train"]`` / ``["validation"]`` and score ``["test"]`` once."""
+    probe = fit_token_probe(splits["train"], splits["validation"])
+    test = splits["test"]
+    scores = [probe.decision_function(e.features) for e in test]
+    return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap)

@@ -77,9 +77,16 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
 
 
 def run_training(
-    ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True, toha: bool = False
-) -> str:
-    """Fit, evaluate and report; returns the Markdown results table printed by the CLI."""
+    ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True,
+    toha: bool = False, token_examples: dict | None = None,
+) -> str:  # fmt: skip
+    """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
+
+    With ``token_examples`` (``{"train", "validation", "test"}`` lists of
+    `halluprobe.localisation.TokenExample`), a token probe is fitted with the same protocol, scored
+    on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
+    with every detector, whose predictions then carry its spans.
+    """
     from flashstats_hf import LOGIT_STAT_NAMES
     from halubench_data import text_only_scores
     from halubench_data.metrics import results_table
@@ -113,12 +120,25 @@ def run_training(
         write_results,
     )
 
+    token_probe, extra = None, {}
+    if token_examples is not None:
+        from dataclasses import asdict
+
+        from halluprobe.localisation import fit_and_evaluate
+
+        clikit.status("fitting the token probe (localisation)")
+        token_probe, span_result = fit_and_evaluate(token_examples)
+        extra["localisation"] = {
+            "C": token_probe.C,
+            "val_token_auroc": token_probe.val_auroc,
+            **asdict(span_result),
+        }
     y_val = labels["validation"]
     methods = []
     for name, fit in fits.items():
         val_s, test_s = fit.predict_proba(records["validation"]), fit.predict_proba(records["test"])
         methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
-        Detector(fit, proxy, ext.layers, ext.hidden_layers).save(out / "detectors" / name)
+        Detector(fit, proxy, ext.layers, ext.hidden_layers, token_probe).save(out / "detectors" / name)
     if published:
         clikit.status("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
@@ -143,7 +163,7 @@ def run_training(
         n: {"C": f.C, "threshold": f.threshold, "val_auroc": f.val_auroc, **f.selection}
         for n, f in fits.items()
     }
-    write_results(out, [ev], tests, extra={"selection": selection}, plots=False)
+    write_results(out, [ev], tests, extra={"selection": selection, **extra}, plots=False)
     test_scores = {name: m.test for name, m in ev.methods.items()}
     write_report(out, table, test_scores, labels["test"], fits, tests, ds.name)
     return table
