@@ -7,15 +7,12 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from flashstats_hf import ATTN_IMPLEMENTATION
 from halluprobe.cli import main
 from halluprobe.detector import Detector
 from halluprobe.extract import ProxyExtractor
 from halluprobe.localisation import TokenExample, fit_token_probe, token_features, token_offsets
 from halluprobe.protocol import fit_blocks, make_blocks
 from halluprobe.records import reduce_forward
-from transformers import LlamaConfig, LlamaForCausalLM
 
 TRIPLES = [
     ("Ada lives in Lyon.", "Where?", "Ada lives in Rome."),
@@ -42,14 +39,8 @@ class CharExtractor(ProxyExtractor):
 
 
 @pytest.fixture(scope="module")
-def ext():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=48, num_attention_heads=4,
-        num_key_value_heads=2, num_hidden_layers=2,
-    )  # fmt: skip
-    cfg._attn_implementation = ATTN_IMPLEMENTATION
-    return CharExtractor(LlamaForCausalLM(cfg).eval(), CharTokenizer())
+def ext(char_llama):
+    return CharExtractor(char_llama, CharTokenizer())
 
 
 def _examples(ext, triples):

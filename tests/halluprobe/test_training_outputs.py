@@ -4,21 +4,9 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
-import torch
-from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES
+from flashstats_hf import LOGIT_STAT_NAMES
 from halluprobe.training import fit_published, run_training
 from halubench_data import build_default
-from transformers import LlamaConfig, LlamaForCausalLM
-
-
-def _tiny_llama():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=101, hidden_size=32, intermediate_size=48, num_attention_heads=4,
-        num_key_value_heads=2, num_hidden_layers=2,
-    )  # fmt: skip
-    cfg._attn_implementation = ATTN_IMPLEMENTATION
-    return LlamaForCausalLM(cfg).eval()
 
 
 def _records(ds, make_record, seed=0):
@@ -34,9 +22,9 @@ def _records(ds, make_record, seed=0):
     return out
 
 
-def test_train_writes_results_json_matching_the_report(tmp_path, record_factory):
+def test_train_writes_results_json_matching_the_report(tmp_path, record_factory, char_llama):
     ds = build_default(n_contexts=12)
-    ext = SimpleNamespace(model=_tiny_llama(), layers=None, hidden_layers=(0,))
+    ext = SimpleNamespace(model=char_llama, layers=None, hidden_layers=(0,))
     table = run_training(ds, _records(ds, record_factory), ext, ["A7", "L9", "A7L9"], tmp_path, proxy=None)
     doc = json.loads((tmp_path / "results.json").read_text())
     methods = doc["datasets"]["default"]["methods"]
@@ -74,11 +62,11 @@ def _token_split(rng, n):
     return out
 
 
-def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory):
+def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory, char_llama):
     from halluprobe.detector import Detector
 
     ds = build_default(n_contexts=12)
-    ext = SimpleNamespace(model=_tiny_llama(), layers=None, hidden_layers=(0,))
+    ext = SimpleNamespace(model=char_llama, layers=None, hidden_layers=(0,))
     rng = np.random.default_rng(3)
     tokens = {
         "train": _token_split(rng, 40),
