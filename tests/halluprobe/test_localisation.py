@@ -100,3 +100,20 @@ def test_token_offsets_follow_the_decoded_pieces():
     stripped = token_offsets(_PieceTokenizer(), "Ada lives", [1, 2])  # the answer lost its leading space
     np.testing.assert_array_equal(stripped, [[0, 4], [4, 9]])
     assert off.dtype == np.int32 and token_offsets(_PieceTokenizer(), "x", []).shape == (0, 2)
+
+
+def test_token_probe_scores_equal_scikit_learn_to_the_last_bit():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(2)
+    train, val = _synthetic(60, rng), _synthetic(20, rng)
+    probe = fit_token_probe(train, val)
+    x = np.concatenate([e.features for e in train])
+    y = np.concatenate([e.labels for e in train])
+    lr = LogisticRegression(C=probe.C, class_weight="balanced", max_iter=500).fit(
+        (x - probe.mean) / probe.scale, y
+    )
+    for e in val:
+        got = probe.decision_function(e.features)
+        np.testing.assert_array_equal(got, lr.decision_function((e.features - probe.mean) / probe.scale))
+        assert got.dtype == np.float32

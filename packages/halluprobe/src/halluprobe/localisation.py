@@ -196,9 +196,14 @@ class TokenProbe:
     """Validation token AUROC at ``C``."""
 
     def decision_function(self, features: np.ndarray) -> np.ndarray:
-        """``[A]`` token logits (higher = more likely hallucinated)."""
+        """``[A]`` token logits (higher = more likely hallucinated), in the features' float dtype."""
         z = (np.asarray(features) - self.mean) / self.scale
-        return (z @ self.coef.reshape(-1, 1) + self.intercept).ravel()
+        # in the features' dtype, as scikit-learn's decision_function: the same numbers to the last bit
+        coef, intercept = (
+            self.coef.astype(z.dtype).reshape(1, -1).T,
+            np.asarray(self.intercept, dtype=z.dtype),
+        )
+        return (z @ coef + intercept).ravel()
 
     def predict_proba(self, features: np.ndarray) -> np.ndarray:
         """``[A, 2]`` probabilities; column 1 = the token is hallucinated."""

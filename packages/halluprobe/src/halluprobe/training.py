@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from halubench_data import clikit
@@ -13,6 +14,9 @@ from halubench_data.metrics import best_by_validation
 
 from halluprobe.blocks import parse_feature_set
 from halluprobe.protocol import CS, train_feature_sets
+
+if TYPE_CHECKING:
+    from halluprobe.evaluation import DatasetEvaluation, PairedTest
 
 ADDITIONS = (("H64", "A7H64"), ("L9", "A7L9"), ("H64", "A64H64"))
 """Block additions tested with the paired group bootstrap when both sets were fitted."""
@@ -112,13 +116,7 @@ def run_training(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
         labels["validation"], progress=print,
     )  # fmt: skip
-    from halluprobe.evaluation import (
-        MethodScores,
-        evaluate_methods,
-        holm_families,
-        paired_test,
-        write_results,
-    )
+    from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
 
     token_probe, extra = None, {}
     if token_examples is not None:
@@ -151,11 +149,7 @@ def run_training(
             MethodScores.chosen_on_validation(f"text-only {name}", "text-only", val_s, test_s, y_val)
         )
     ev = evaluate_methods(ds.name, methods, labels["test"], groups["test"])
-    tests = holm_families(
-        paired_test(ev, base, full, "f1", family="additions", key="f1")
-        for base, full in ADDITIONS
-        if base in fits and full in fits
-    )
+    tests = addition_tests(ev)
     table = results_table(dict(ev.results))
     from halluprobe.report import write_report
 
@@ -167,3 +161,18 @@ def run_training(
     test_scores = {name: m.test for name, m in ev.methods.items()}
     write_report(out, table, test_scores, labels["test"], fits, tests, ds.name)
     return table
+
+
+def addition_tests(ev: DatasetEvaluation, n: int = 100_000) -> tuple[PairedTest, ...]:
+    """Paired group bootstrap of test F1 for each evaluated block addition, Holm-corrected together.
+
+    Every pair of `ADDITIONS` whose two feature sets are methods of ``ev`` is tested with ``n``
+    resamples (seed 42).
+    """
+    from halluprobe.evaluation import holm_families, paired_test
+
+    return holm_families(
+        paired_test(ev, base, full, "f1", family="additions", key="f1", n=n)
+        for base, full in ADDITIONS
+        if base in ev.methods and full in ev.methods
+    )
