@@ -106,3 +106,22 @@ def test_formulas_are_mathml_built_into_the_page(site):
     assert leftover == set()
     statistics = (site / "reference" / "statistics" / "index.html").read_text()
     assert statistics.count("<math ") >= 20
+
+
+def search_tokens(site: Path) -> set[str]:
+    """Lower-cased words of the search index, split with the separator the site's search uses."""
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    separator = re.compile(index["config"]["separator"])
+    tokens: set[str] = set()
+    for doc in index["docs"]:
+        text = re.sub(r"<[^>]+>", " ", f"{doc['title']} {doc['text']}")
+        tokens.update(t.lower() for t in separator.split(text) if t)
+    return tokens
+
+
+def test_search_finds_code_names(site):
+    tokens = search_tokens(site)
+    missing = {"attnstats", "record_forward", "response_attention", "halluprobe", "graphedrecorder"} - tokens
+    assert missing == set()

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from halubench_data import Span
@@ -28,6 +28,12 @@ from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import sha256_file
 from halluprobe.localisation import TokenProbe
 from halluprobe.numeric import sigmoid
+
+if TYPE_CHECKING:
+    from flashstats_hf import ForwardStats
+
+    from halluprobe.extract import ProxyExtractor
+    from halluprobe.records import ExampleRecord
 from halluprobe.protocol import ProbeFit
 
 FORMAT_VERSION = 1
@@ -89,7 +95,7 @@ class Detector:
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
-        self._extractor = None
+        self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
         """Write ``path/detector.json`` and ``path/detector.safetensors`` (atomically); returns ``path``."""
@@ -172,9 +178,11 @@ class Detector:
             tp = doc.get("token_probe")
             token_probe = None
             if tp is not None:
-                arrays = (tensors["token.mean"], tensors["token.scale"], tensors["token.coef"])
-                scalars = (float(tp[k]) for k in ("intercept", "C", "threshold", "val_auroc"))
-                token_probe = TokenProbe(*arrays, *scalars)
+                token_probe = TokenProbe(
+                    mean=tensors["token.mean"], scale=tensors["token.scale"], coef=tensors["token.coef"],
+                    intercept=float(tp["intercept"]), C=float(tp["C"]), threshold=float(tp["threshold"]),
+                    val_auroc=float(tp["val_auroc"]),
+                )  # fmt: skip
             return cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a valid halluprobe detector: {exc!r}") from exc
@@ -223,14 +231,45 @@ class Detector:
                 out[i] = self._prediction(ext, fs, b, record, encoded[i], items[i].answer)
         return [p for p in out if p is not None]
 
-    def _prediction(self, ext, fs, b: int, record, encoded: tuple[list[int], int], answer: str) -> Prediction:
-        from halluprobe.localisation import decode_spans, token_features, token_offsets
+    def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
+        """Score the statistics of one answer (batch of 1) from any recording path.
+
+        [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
+        streaming scorer ([`halluprobe.StreamingScorer`][]) from a
+        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions
+        (without the answer's text there are no character spans).
+
+        Args:
+            fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
+                layers, hidden layers, logits and the default request.
+            tokens: The answer tokens as text (for display).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
+        """
+        from halluprobe.records import reduce_forward
+
+        (record,) = reduce_forward(fs, ["query"])
+        prob, token_probs = self._scores(fs, 0, record)
+        return Prediction(
+            prob, int(prob >= self.fit.threshold), self.fit.threshold, token_probs, list(tokens)
+        )
+
+    def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
+        """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
         from halluprobe.records import token_records
 
+        prob = float(sigmoid(float(self.fit.decision_function([record])[0])))
+        return prob, sigmoid(self.fit.decision_function(token_records(fs, b, record)))
+
+    def _prediction(
+        self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
+        encoded: tuple[list[int], int], answer: str,
+    ) -> Prediction:  # fmt: skip
+        from halluprobe.localisation import decode_spans, token_features, token_offsets
+
         ids, start = encoded
-        logit = float(self.fit.decision_function([record])[0])
-        token_probs = sigmoid(self.fit.decision_function(token_records(fs, b, record)))
-        prob = float(sigmoid(logit))
+        prob, token_probs = self._scores(fs, b, record)
         offsets = token_offsets(ext.tokenizer, answer, ids[start:])
         if self.token_probe is not None:
             feats = token_features(fs, b, record.answer_len)

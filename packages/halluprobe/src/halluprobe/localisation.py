@@ -64,8 +64,10 @@ def token_features(fs: ForwardStats, b: int, length: int) -> np.ndarray:
     """
     from halluprobe.records import head_series
 
-    att = head_series(fs, b, length).mean(1)  # [NL, len(HEAD_STATS), A]: the mean over heads
-    att = att.reshape(-1, length).T.cpu().numpy()
+    if fs.logit_stats is None:
+        raise ValueError("token features need the forward's logit statistics (record with logits=True)")
+    heads = head_series(fs, b, length).mean(1)  # [NL, len(HEAD_STATS), A]: the mean over heads
+    att = heads.reshape(-1, length).T.cpu().numpy()
     logit = fs.logit_stats[b, :length].float().cpu().numpy()
     feats = np.concatenate([att, logit], 1).astype(np.float32)
     return np.nan_to_num(feats, nan=0.0, posinf=0.0, neginf=0.0)

@@ -155,7 +155,7 @@ def select_sink_count(
     m = _metrics()
     scores: dict[int, float] = {}
     for k in range(1, MAX_SINKS + 1):
-        per_c = {c: [] for c in cs}
+        per_c: dict[float, list[float]] = {c: [] for c in cs}
         for tr, te in splits:
             if len(set(y[te])) < 2 or len(set(y[tr])) < 2:
                 continue

@@ -102,7 +102,7 @@ def _builder(name: str, opts: BuildOptions) -> Callable[[Path], Dataset]:
         return lambda p: fn(p, tasks=tasks, models=opts.models, seed=opts.seed)
     if name == "halubench":
         return lambda p: b.build_halubench(p, apply_filters=opts.apply_filters, seed=opts.seed)
-    simple = {
+    simple: dict[str, Callable[..., Dataset]] = {
         "trivia-plus": b.build_trivia_plus,
         "phantom": b.build_phantom,
         "faithbench": b.build_faithbench,
@@ -132,6 +132,8 @@ def load(
         from .default import build_default
 
         ds = build_default(seed=opts.seed, n_contexts=opts.n_contexts)
+    elif parsed.path is None:
+        raise ValueError(f"dataset spec {parsed} has no path")
     elif parsed.name == "jsonl":
         from .io import read_jsonl
 
