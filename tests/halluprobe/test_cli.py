@@ -40,8 +40,9 @@ def test_train_defaults_and_options():
          "--out", "o", "--limit", "10", "--layers", "0-2,5"]
     )  # fmt: skip
     assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["predict", "d"])  # --context and --answer are required
+    args = build_parser().parse_args(["predict", "d", "--input", "a.jsonl", "--json", "--batch-size", "4"])
+    assert (str(args.input), args.json, args.batch_size, args.context) == ("a.jsonl", True, 4, None)
+    assert main(["predict", "d", "--device", "cpu"]) == 2  # neither --context/--answer nor --input
 
 
 def test_parse_layers():
