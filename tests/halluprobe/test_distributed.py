@@ -187,3 +187,11 @@ def test_torchrun_two_processes_give_the_one_process_cache_and_detectors(tmp_pat
     for name in ("detector.json", "detector.safetensors"):
         one_bytes = (tmp_path / "one" / "detectors" / "A7" / name).read_bytes()
         assert one_bytes == (tmp_path / "two" / "detectors" / "A7" / name).read_bytes(), name
+
+
+def test_one_process_commands_refuse_torchrun(monkeypatch, capsys, tmp_path):
+    from halluprobe.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["evaluate", str(tmp_path), "--limit", "4"]) == 2
+    assert "runs in one process" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
@@ -58,12 +60,42 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "flashstats"
 
 
+def gguf_digest(gguf_path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a GGUF file's bytes (about a second per GB): the key of its dequantised copy."""
+    h = hashlib.sha256()
+    with open(gguf_path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def gguf_cache_folder(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where `dequantized_gguf` keeps the converted copy of ``gguf_path``: named by its content hash."""
+    gguf_path = Path(gguf_path)
+    return cache_root(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)[:32]}"
+
+
+def remove_orphans(root: Path) -> None:
+    """Remove ``.tmp-*`` folders of conversions that were killed (their lock is free)."""
+    for tmp in root.glob(".tmp-*"):
+        if not tmp.is_dir() or tmp.is_symlink():
+            continue
+        try:
+            with open(tmp / ".lock", "a") as lock:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live conversion?
+        except OSError:
+            continue  # a conversion in progress (or no right to lock): leave it
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """A folder with the GGUF model dequantised to float32 safetensors and its tokenizer.
 
     The first call dequantises the file (slow) and writes the folder atomically (a temporary folder
-    renamed into place); later calls return the cached folder. The folder name carries the file's
-    size and modification time, so a changed file is converted again.
+    renamed into place); later calls return the cached folder. The folder name carries the SHA-256 of
+    the file's bytes, so a different file never loads another's weights, whatever its name, size or
+    modification time. Temporary folders of killed conversions are removed (each live conversion
+    holds a lock in its folder).
 
     Args:
         gguf_path: path of a ``.gguf`` file.
@@ -75,14 +107,16 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
-    stat = gguf_path.stat()
-    root = cache_root(cache_dir)
-    target = root / f"{gguf_path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    target = gguf_cache_folder(gguf_path, cache_dir)
+    root = target.parent
     if (target / "config.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
+    remove_orphans(root)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    lock = open(tmp / ".lock", "a")  # noqa: SIM115 - held for the whole conversion
     try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         kw = {"gguf_file": gguf_path.name}
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kw)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
@@ -92,6 +126,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (tmp / ".lock").unlink()
         tmp.chmod(0o755)  # mkdtemp creates the folder private
         try:
             tmp.rename(target)
@@ -99,6 +134,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
             if not (target / "config.json").is_file():
                 raise
     finally:
+        lock.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 

@@ -246,3 +246,18 @@ def check_lse(lse: object, b: int, hq: int, r: int, device: torch.device) -> tor
     if lse.device != device:
         raise ValueError(f"lse must be on q's device {device}, got {lse.device}")
     return lse
+
+
+def fold_scale_sign(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
+    """``(q', scale')`` with ``scale' > 0`` and ``scale' * <q', k> == scale * <q, k>`` for every key.
+
+    The Triton kernels fold the scale into the row maximum (``max_j s_j * c``), which holds only for
+    ``c > 0``; masked scores are ``-inf`` and ``-inf * c`` is NaN or ``+inf`` otherwise. A negative
+    scale moves its sign into ``q`` (exact in every dtype); a zero scale becomes ``q * 0`` with scale 1
+    (a NaN or infinite query still gives NaN scores, as ``0 * <q, k>`` does). Positive scales pass
+    through without a copy.
+    """
+    if scale > 0:
+        return q, scale
+    sign = -1.0 if scale < 0 else 0.0
+    return (q.float() * sign).to(q.dtype), (-scale if scale < 0 else 1.0)

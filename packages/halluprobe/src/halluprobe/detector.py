@@ -3,16 +3,21 @@
 On disk a detector is a folder with two files:
 
 - ``detector.json``: format version, proxy, scored and hidden layers, the feature recipe (feature
-  set, each block's config, ``C``, threshold, selections), package versions, and the SHA-256 of
+  set, each block's config, ``C``, threshold, selections), package versions, the SHA-256 of the
+  tensor file, and ``integrity``: the SHA-256 of all of the above (see
+  `halluprobe.detector_file.document_digest`).
 - ``detector.safetensors``: every fitted array (block scalers, PCA components, RFE selection,
   final scaler, logistic weights).
 
-[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code from
-the files, and it rejects another format version or a tensor file whose hash does not match.
+[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code
+from the files. It opens only regular files of bounded size (no links, FIFOs or devices), and rejects
+another format version, any edit to either file, a field of the wrong type or range, and any
+non-finite array or array whose shape the metadata does not promise.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,20 +29,25 @@ import numpy as np
 from halubench_data import Span
 from halubench_data.files import atomic_path, atomic_write_bytes
 
+from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import sha256_file
 from halluprobe.localisation import TokenProbe
 from halluprobe.numeric import sigmoid
+from halluprobe.protocol import ProbeFit
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
 
     from halluprobe.extract import ProxyExtractor
     from halluprobe.records import ExampleRecord
-from halluprobe.protocol import ProbeFit
 
-FORMAT_VERSION = 1
-"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it."""
+FORMAT_VERSION = 3
+"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
+
+Version 2 (issue 16): L9 stores its fixed feature names (version 1 stored a per-split RFE over the
+seven old logit statistics, which records no longer hold). Version 3 (issue 21): ``detector.json``
+carries an ``integrity`` hash of all its fields, so any edit to the metadata is refused."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 
@@ -59,7 +69,8 @@ class Prediction:
     spans: tuple[Span, ...] = ()
     """Character spans of the answer predicted hallucinated: from the detector's token probe when it has
     one (tokens whose token-probe logit reaches its span threshold), else the tokens whose
-    ``token_scores`` reach ``threshold``; see `decode_spans`."""
+    ``token_scores`` reach ``threshold``; see `halluprobe.localisation.decode_spans`. Empty from
+    [`score_stats`][halluprobe.Detector.score_stats], which has no answer text."""
 
 
 def _versions() -> dict[str, str]:
@@ -80,6 +91,7 @@ class Detector:
         proxy: Proxy id for [`flashstats_hf.load_model`][] (``None``: the default SmolLM2).
         layers: Scored layers (``None``: all).
         hidden_layers: Kept hidden layers (as in the extraction).
+        token_probe: A token probe for spans (`halluprobe.localisation.TokenProbe`), saved with it.
     """
 
     def __init__(
@@ -95,6 +107,8 @@ class Detector:
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
+        self.source: Path | None = None
+        """The folder this detector was loaded from (None when built in memory)."""
         self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
@@ -113,8 +127,8 @@ class Detector:
             config, arrays = block.state()
             configs.append(config)
             tensors.update({f"block{i}.{k}": v for k, v in arrays.items()})
-        if self.token_probe is not None:
-            tp = self.token_probe
+        tp = self.token_probe
+        if tp is not None:
             tensors.update({"token.mean": tp.mean, "token.scale": tp.scale, "token.coef": tp.coef})
         with atomic_path(path / _TENSORS) as tmp:
             save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
@@ -129,63 +143,80 @@ class Detector:
             "intercept": self.fit.intercept,
             "C": self.fit.C,
             "threshold": self.fit.threshold,
-            "val_auroc": self.fit.val_auroc,
+            "val_auroc": self.fit.val_auroc if np.isfinite(self.fit.val_auroc) else None,
             "selection": self.fit.selection,
             "versions": _versions(),
             "tensors_sha256": digest,
             "token_probe": None
-            if self.token_probe is None
-            else {k: getattr(self.token_probe, k) for k in ("intercept", "C", "threshold", "val_auroc")},
+            if tp is None
+            else {k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
         }
-        atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1).encode())
+        doc["integrity"] = dfile.document_digest(doc)
+        atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1, allow_nan=False).encode())
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Detector:
-        """Read a detector saved by [`save`][halluprobe.Detector.save].
+        """Read a detector saved by [`save`][halluprobe.Detector.save], checking all its verdict depends on.
 
         Raises:
-            FileNotFoundError: A file is missing.
-            ValueError: Another format version, a tensor file that does not match its hash, or a
-                malformed document.
+            FileNotFoundError: The folder or a file is missing.
+            NotADirectoryError: ``path`` is a file.
+            ValueError: Another format version, a file that does not match the integrity hash, a file
+                that is a link, FIFO or device or too large, or a malformed field or array (each named).
         """
-        from safetensors.numpy import load_file
+        from safetensors import SafetensorError
+        from safetensors.numpy import load as load_tensors
 
         path = Path(path)
-        doc = json.loads((path / _JSON).read_text())
+        where = str(path / _JSON)
+        try:
+            doc = json.loads(
+                dfile.read_member(path, _JSON, dfile.MAX_JSON_BYTES), parse_constant=_no_constant
+            )
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where} is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
             got = doc.get("format_version") if isinstance(doc, dict) else None
             raise ValueError(
-                f"{path / _JSON} has detector format version {got!r}; this halluprobe reads version "
+                f"{where} has detector format version {got!r}; this halluprobe reads version "
                 f"{FORMAT_VERSION}. Retrain the detector with this version."
             )
-        if sha256_file(path / _TENSORS) != doc.get("tensors_sha256"):
+        if doc.get("integrity") != dfile.document_digest(doc):
+            raise ValueError(
+                f"{where} does not match its integrity hash: the detector's metadata was modified"
+            )
+        raw = dfile.read_member(path, _TENSORS, dfile.MAX_TENSOR_BYTES)
+        if hashlib.sha256(raw).hexdigest() != doc.get("tensors_sha256"):
             raise ValueError(f"{path / _TENSORS} does not match the hash in {_JSON}: the file was modified")
-        tensors = load_file(str(path / _TENSORS))
+        dfile.check_document(doc, where)
         try:
-            blocks = []
-            for i, cfg in enumerate(doc["blocks"]):
-                prefix = f"block{i}."
-                arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-                blocks.append(block_from_state(cfg, arrays))
-            scaler = Standardizer()
-            scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
-            fit = ProbeFit(
-                feature_set=str(doc["feature_set"]), blocks=blocks, scaler=scaler, coef=tensors["coef"],
-                intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
-                val_auroc=float(doc["val_auroc"]), selection=dict(doc.get("selection", {})),
-            )  # fmt: skip
-            tp = doc.get("token_probe")
-            token_probe = None
-            if tp is not None:
-                token_probe = TokenProbe(
-                    mean=tensors["token.mean"], scale=tensors["token.scale"], coef=tensors["token.coef"],
-                    intercept=float(tp["intercept"]), C=float(tp["C"]), threshold=float(tp["threshold"]),
-                    val_auroc=float(tp["val_auroc"]),
-                )  # fmt: skip
-            return cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{path} is not a valid halluprobe detector: {exc!r}") from exc
+            tensors = load_tensors(raw)
+        except SafetensorError as exc:
+            raise ValueError(f"{path / _TENSORS} is not a safetensors file: {exc}") from None
+        fit = _fit_from(doc, tensors, str(path / _TENSORS))
+        token_probe = _token_probe_from(doc.get("token_probe"), tensors, str(path / _TENSORS))
+        det = cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
+        det.source = path
+        return det
+
+    def score_records(self, records: list, *, logits: bool = False) -> np.ndarray:
+        """``[n]`` probabilities (or logits) of ``records``; higher = more likely hallucinated.
+
+        Raises:
+            ValueError: the records do not fit the detector (naming the detector and the expected shape).
+            FloatingPointError: a score is not finite (non-finite features); never a silent verdict.
+        """
+        try:
+            out = self.fit.decision_function(records)
+        except ValueError as exc:
+            raise ValueError(f"detector {self.source or self.fit.feature_set}: {exc}") from None
+        if not np.isfinite(out).all():
+            raise FloatingPointError(
+                f"detector {self.source or self.fit.feature_set}: {int((~np.isfinite(out)).sum())} score(s) "
+                "are not finite (the proxy produced non-finite features); refusing to give a verdict"
+            )
+        return out if logits else sigmoid(out)
 
     def info(self) -> dict[str, Any]:
         """Feature set, threshold and selections, for display."""
@@ -203,7 +234,11 @@ class Detector:
         return self._extractor
 
     def predict(self, context: str, question: str, answer: str, *, device: str | None = None) -> Prediction:
-        """Score one triple with the proxy; see `Prediction` (higher = more likely hallucinated)."""
+        """Score one triple with the proxy (higher = more likely hallucinated).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction], with the answer's predicted spans.
+        """
         return self.predict_batch([(context, question, answer)], device=device)[0]
 
     def predict_batch(
@@ -212,7 +247,8 @@ class Detector:
         """Score many ``(context, question, answer)`` triples with one loaded proxy, in batched forwards.
 
         Triples are grouped by length into forwards of at most ``batch_size``; the predictions come
-        back in input order and match `predict` on each triple up to padding round-off.
+        back in input order and match [`predict`][halluprobe.Detector.predict] on each triple up to
+        padding round-off.
 
         Raises:
             ValueError: when a triple is not three strings or an answer is empty, or ``batch_size < 1``.
@@ -259,8 +295,8 @@ class Detector:
         """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
         from halluprobe.records import token_records
 
-        prob = float(sigmoid(float(self.fit.decision_function([record])[0])))
-        return prob, sigmoid(self.fit.decision_function(token_records(fs, b, record)))
+        prob = float(self.score_records([record])[0])
+        return prob, self.score_records(token_records(fs, b, record))
 
     def _prediction(
         self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
@@ -286,7 +322,7 @@ class Detector:
         )
 
 
-def _check_triple(i: int, triple) -> tuple[str, str, str]:
+def _check_triple(i: int, triple: Any) -> tuple[str, str, str]:
     if (
         not isinstance(triple, tuple | list)
         or len(triple) != 3
@@ -298,6 +334,54 @@ def _check_triple(i: int, triple) -> tuple[str, str, str]:
     if not triple[2].strip():
         raise ValueError(f"item {i}: the answer is empty")
     return triple[0], triple[1], triple[2]
+
+
+def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> TokenProbe | None:
+    """The saved token probe (None when the detector has none), every field and array checked."""
+    if meta is None:
+        return None
+    keys = ("intercept", "C", "threshold", "val_auroc")
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), int | float) for k in keys):
+        raise ValueError(f"{where}: field 'token_probe' must be an object with numbers {keys}")
+    try:
+        mean, scale, coef = (tensors[f"token.{k}"] for k in ("mean", "scale", "coef"))
+    except KeyError as exc:
+        raise ValueError(f"{where}: the token probe's tensor {exc} is missing") from None
+    if not (mean.ndim == 1 and mean.shape == scale.shape == coef.shape):
+        raise ValueError(
+            f"{where}: token probe tensors must be [F] each, got {mean.shape}, {scale.shape}, {coef.shape}"
+        )
+    if not all(np.isfinite(a).all() for a in (mean, scale, coef)) or not np.all(scale > 0):
+        raise ValueError(f"{where}: the token probe's tensors must be finite with a positive scale")
+    intercept, c, threshold = (float(meta[k]) for k in keys[:3])
+    return TokenProbe(mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]))
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"a detector file holds the non-finite number {name}; every field must be finite")
+
+
+def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], where: str) -> ProbeFit:
+    """The `ProbeFit` of a checked document and its tensors (every array checked)."""
+    blocks, width = [], 0
+    for i, cfg in enumerate(doc["blocks"]):
+        prefix = f"block{i}."
+        arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        try:
+            block = block_from_state(cfg, arrays)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: block {i} ({cfg.get('name')!r}) is malformed: {exc!r}") from None
+        width += dfile.block_width(block.name, block.config, block.arrays, where)
+        blocks.append(block)
+    dfile.check_final(tensors, width, where)
+    scaler = Standardizer()
+    scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
+    return ProbeFit(
+        feature_set=doc["feature_set"], blocks=blocks, scaler=scaler, coef=tensors["coef"],
+        intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
+        val_auroc=float("nan") if doc["val_auroc"] is None else float(doc["val_auroc"]),
+        selection=dict(doc.get("selection", {})),
+    )  # fmt: skip
 
 
 @dataclass

@@ -56,10 +56,14 @@ def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, 
         out[name] = lambda recs: det.raw_score(matrix(recs))
 
     supervised("LookbackLens", d.LookbackLens, d.lookback_matrix)
+    chosen_on_validation("LookbackLens (<=10 heads)", d.LookbackLensHeads(), d.lookback_matrix)
     supervised("SinkProbe", d.SinkProbe, lambda r: d.sink_matrix(r, 1))
     chosen_on_validation("LLM-Check", d.LLMCheckAttention(), d.logdiag_matrix)
     ent = logit_names.index("entropy")
     chosen_on_validation("INTRYGUE", d.INTRYGUE(head_order=order), lambda r: d.intrygue_matrix(r, ent))
+    chosen_on_validation(
+        "INTRYGUE sink rate", d.SinkRate(head_order=order), lambda r: d.intrygue_matrix(r, ent)
+    )
     if toha:
         chosen_on_validation("TOHA", d.TOHA(), d.toha_matrix)
     rauq, lp = d.RAUQ().fit(), logit_names.index("answer_logprob")
@@ -82,10 +86,11 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
 
 def run_training(
     ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True,
-    toha: bool = False, token_examples: dict | None = None,
+    toha: bool = False, token_examples: dict | None = None, **selections,
 ) -> str:  # fmt: skip
     """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
 
+    ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections.
     With ``token_examples`` (``{"train", "validation", "test"}`` lists of
     `halluprobe.localisation.TokenExample`), a token probe is fitted with the same protocol, scored
     on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
@@ -114,7 +119,7 @@ def run_training(
     )
     fits = train_feature_sets(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
-        labels["validation"], progress=print,
+        labels["validation"], progress=print, **selections,
     )  # fmt: skip
     from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
 

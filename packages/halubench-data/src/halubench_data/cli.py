@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _build(args: argparse.Namespace) -> Dataset:
     from .select import BuildOptions, load
 
+    if args.spec == "default" and (args.n_contexts < 2 or args.n_contexts % 2):
+        raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {args.n_contexts}")
     options = BuildOptions(
         seed=args.seed,
         tasks=tuple(args.task) if args.task else None,
@@ -101,6 +103,8 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     from .metrics import results_table
     from .select import load
 
+    if args.n_bootstrap < 1:
+        raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
     ds = load(args.spec)
     print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
     return 0

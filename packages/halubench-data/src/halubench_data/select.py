@@ -74,6 +74,8 @@ def parse_spec(spec: str) -> DatasetSpec:
         raise ValueError(f"a dataset spec is 'default', a JSONL file or NAME:PATH, got {spec!r}")
     if spec == "default":
         return DatasetSpec("default", None)
+    if Path(spec).is_dir():
+        raise ValueError(f"dataset {spec!r} is a folder; expected 'default', a JSONL file or NAME:PATH")
     if Path(spec).is_file():
         return DatasetSpec("jsonl", Path(spec))
     name, sep, source = spec.partition(":")
