@@ -229,7 +229,7 @@ def _setup(args):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     from halubench_data import load
 
-    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset))
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
@@ -421,7 +421,7 @@ def cmd_evaluate(args) -> int:
     clikit.check_out_dir(args.out)
     det = Detector.load(args.detector)
     ext = det.extractor(device)
-    part = load(args.dataset, limit=parse_limit(args.limit, args.dataset)).split(args.split)
+    part = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset").split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples,

@@ -115,7 +115,12 @@ def _builder(name: str, opts: BuildOptions) -> Callable[[Path], Dataset]:
 
 
 def load(
-    spec: str | DatasetSpec, *, limit: int | None = None, seed: int = 0, options: BuildOptions | None = None
+    spec: str | DatasetSpec,
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+    options: BuildOptions | None = None,
+    arg: str | None = None,
 ) -> Dataset:
     """The dataset of a spec (see the module docstring), optionally subsampled per split.
 
@@ -124,11 +129,18 @@ def load(
         limit: at most this many examples per split (`subsample`); ``None`` keeps all.
         seed: seed of the subsample.
         options: builder settings (seed of splits, RAGTruth tasks and models, ...).
+        arg: the command-line argument that gave ``spec`` (e.g. ``"--dataset"``), named first in the
+            message of a bad spec.
 
     Raises:
         ValueError, FileNotFoundError: see `parse_spec`; a builder's own errors pass through.
     """
-    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    try:
+        parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    except (ValueError, FileNotFoundError) as exc:
+        if arg is None:
+            raise
+        raise type(exc)(f"{arg}: {exc}") from None
     opts = options or BuildOptions()
     if parsed.name == "default":
         from .default import build_default

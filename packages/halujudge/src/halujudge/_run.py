@@ -62,7 +62,7 @@ def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> str:
     """Run ``halujudge evaluate`` and return the Markdown table it printed to ``results.md``."""
-    dataset = load(args.dataset, limit=args.limit)
+    dataset = load(args.dataset, limit=args.limit, arg="--dataset")
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")
     if cache.dropped_partial:
@@ -72,7 +72,7 @@ def evaluate_command(args: argparse.Namespace) -> str:
     progress = not args.no_progress and not clikit.is_quiet()
     if args.judge is not None:
         if args.template == "auto":
-            pool = [load(s, limit=args.limit) for s in args.select_on or []] or [dataset]
+            pool = [load(s, limit=args.limit, arg="--select-on") for s in args.select_on or []] or [dataset]
             selection = select_template(scorer, pool, cache=cache, progress=progress)
             scorer = scorer.with_template(selection.template)
         method = f"{method} / {scorer.template.name}"
