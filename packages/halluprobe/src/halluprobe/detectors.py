@@ -126,6 +126,8 @@ def _prefix_by_auroc(X, y, ranked, max_heads: int) -> np.ndarray:
         a = _auroc(X[:, ranked[:m]].mean(1), y)
         if best is None or a > best[0]:
             best = (a, np.asarray(ranked[:m]))
+    if best is None:
+        raise ValueError(f"no head to choose from: max_heads={max_heads}, {len(ranked)} ranked heads")
     return best[1]
 
 

@@ -135,6 +135,8 @@ def cv_auroc(
         mean = float(np.mean(scores))
         if best is None or mean > best[0] + 1e-12:
             best = (mean, float(c))
+    if best is None:
+        raise ValueError("cv_auroc needs at least one value of C in cs")
     return best
 
 
@@ -166,6 +168,8 @@ def forward_select(
             score, c = cv_auroc(x[:, chosen + [j]], y, groups, cs=cs, splits=splits)
             if best is None or score > best[0] + 1e-12:
                 best = (score, c, j)
+        if best is None:
+            raise ValueError(f"asked for {n_features} features but only {x.shape[1]} candidates exist")
         score, c, j = best
         chosen.append(j)
         path.append({"feature": names[j], "cv_auroc": score, "C": c})
@@ -241,6 +245,8 @@ def select_l9(
         tried[str(c)] = {"features": [L9_CANDIDATES[j] for j in keep], "cv_auroc": score}
         if best is None or score > best[0] + 1e-12:
             best = (score, c, keep)
+    if best is None:
+        raise ValueError("select_l9 needs at least one value of C in cs")
     score, c, keep = best
     return Selection(
         "L9",
