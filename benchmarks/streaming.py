@@ -7,8 +7,9 @@ shapes (bf16):
   (stock SDPA attention) vs with a ``CachedRecorder`` scoring every layer (T1, T2, T3, logit
   statistics, one hidden layer), at a context of ``ctx`` tokens. Target: <= 1.10x.
 - ``follow``: an answer of ``answer`` tokens after a ``ctx``-token prompt, fed in chunks of 16 to a
-  ``CachedRecorder`` (prefill included), vs one teacher-forced ``record_forward`` over the finished
-  sequence. Target: <= 1.20x.
+  ``CachedRecorder`` (prefill included), eagerly (``chunked``) and as chunk steps replayed from a CUDA
+  graph on a static cache (``chunked_graphed``, warm-up and capture included), vs one teacher-forced
+  ``record_forward`` over the finished sequence. Target: <= 1.20x.
 
 Writes ``streaming.csv`` (long format: one row per measurement, with GPU and versions) and
 ``streaming.md`` under ``--out``; rows are appended as each measurement finishes.
@@ -111,6 +112,26 @@ def decode_step_ms(model, ctx: int, steps: int, stats: bool, device: str) -> flo
     return elapsed / steps * 1e3
 
 
+def follow_graphed_ms(model, ctx: int, answer: int, chunk: int, device: str) -> float:
+    """Following on a StaticCache with chunk steps from a CUDA graph (warm-up and capture included), ms."""
+    ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
+    keep = torch.ones(1, ctx, dtype=torch.long, device=device)
+    _sync(device)
+    t0 = time.perf_counter()
+    cache = StaticCache(config=model.config, max_cache_len=ctx + answer)
+    rec = _recorder(model, ctx, answer, cache)
+    with torch.no_grad(), rec:
+        rec.feed(ids[:, :ctx])
+        step = GraphedDecodeStep(
+            model, cache, keep, recorder=rec, capture=device == "cuda", tokens_per_step=chunk
+        )
+        for at in range(ctx, ctx + answer, chunk):
+            step(ids[:, at : at + chunk])
+    rec.stats()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
 def follow_ms(model, ctx: int, answer: int, chunk: int, device: str) -> tuple[float, float]:
     """``(chunked following, one teacher-forced forward)`` total times in ms (second of two runs each)."""
     ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
@@ -177,7 +198,13 @@ def main() -> None:
                         ms=ms,
                     )
             chunked, forward = follow_ms(model, args.follow_ctx, args.answer, args.chunk, device)
-            for provider, ms in (("chunked", chunked), ("teacher_forced", forward)):
+            follow_graphed_ms(model, args.follow_ctx, args.answer, args.chunk, device)  # compile
+            graphed = follow_graphed_ms(model, args.follow_ctx, args.answer, args.chunk, device)
+            for provider, ms in (
+                ("chunked", chunked),
+                ("chunked_graphed", graphed),
+                ("teacher_forced", forward),
+            ):
                 row(
                     shape=shape,
                     bench="follow",
@@ -210,7 +237,8 @@ def write_table(csv_path: Path, md_path: Path, meta: dict) -> None:
             continue
         base = by[(shape, bench, ctx, base_name)]
         n = tokens[(shape, bench, ctx)]
-        what = "decode step, graphed" if bench == "decode" else f"follow {n} tokens in chunks"
+        kind = "graphed" if provider == "chunked_graphed" else "eager"
+        what = "decode step, graphed" if bench == "decode" else f"follow {n} tokens, {kind} chunks"
         ratio = ms / base
         lines.append(
             f"| {shape} | {what} | {ctx} | {base:.3f} | {ms:.3f} | {ratio:.2f}x | <= {target:.2f}x | "

@@ -312,7 +312,10 @@ class CachedRecorder:
         col = bf.columns[li]
         state = ColumnState(col.sum[..., offset : offset + lk], col.count[:, offset : offset + lk])
         request = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
-        kv_len = c["kv_len"] if static_full else c["total"] - offset
+        # valid keys as a device tensor: a host int would be copied to the device in every layer
+        kv_len = (
+            c["kv_len"] if static_full or offset == 0 else torch.full_like(c["kv_len"], c["total"] - offset)
+        )
         res = decode_attention(
             query, key, value, kv_len=kv_len, request=request,
             column_state=state if request.columns else None, key_mask=keep,
