@@ -175,8 +175,11 @@ def test_torchrun_two_processes_give_the_one_process_cache_and_detectors(tmp_pat
     assert two.returncode == 0, two.stderr[-3000:]
     parts = sorted(p.name for p in (tmp_path / "two" / "cache" / "parts").iterdir())
     assert parts == ["rank-00000", "rank-00001"]
-    # records are read back by id; the settings only key new records
-    a, b = FeatureCache(tmp_path / "one" / "cache", {}), FeatureCache(tmp_path / "two" / "cache", {})
+    settings: dict = {}  # the index keeps no settings (they are part of each record's key); load reads by id
+    a, b = (
+        FeatureCache(tmp_path / "one" / "cache", settings),
+        FeatureCache(tmp_path / "two" / "cache", settings),
+    )
     ids = sorted(a.ids)
     assert ids == sorted(b.ids) and len(ids) == 12
     _assert_same(a.load(ids), b.load(ids))

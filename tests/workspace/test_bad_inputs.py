@@ -180,3 +180,14 @@ def test_proxy_errors_need_the_model_loader(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--proxy" in err and "Traceback" not in err
         assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_judge_that_cannot_load_leaves_no_output_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "o"
+    argv = ["evaluate", "--quiet", "--judge", str(tmp_path / "nope"), "--dataset", "default", "--limit", "2",
+            "--device", "cpu", "--out", str(out)]  # fmt: skip
+    assert judge_main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nope" in err and not out.exists()

@@ -122,11 +122,11 @@ def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
 def evaluate_command(args: argparse.Namespace) -> str:
     """Run ``halujudge evaluate`` and return the Markdown table it printed to ``results.md``."""
     dataset = limit_per_split(load_dataset(args.dataset, args.source), args.limit)
+    scorer, method = _scorer(args)  # before anything is written: a model that fails to load leaves no folder
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")
     if cache.dropped_partial:
         clikit.status(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
-    scorer, method = _scorer(args)
     selection: TemplateSelection | None = None
     progress = not args.no_progress and not clikit.is_quiet()
     if args.judge is not None:
