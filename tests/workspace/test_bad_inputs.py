@@ -80,7 +80,8 @@ CASES = [
     (D, ["baselines", "{oneclass}", "--n-bootstrap", "0"], "--n-bootstrap"),
     (D, ["build", "default", "--out", "{out}", "--n-contexts", "0"], "--n-contexts"),
     (D, ["build", "default", "--out", "{dirjsonl}"], "--out"),
-    (D, ["build", "wice", "--out", "{out}"], "--source"),
+    (D, ["build", "wice", "--out", "{out}"], "NAME:PATH"),
+    (D, ["build", "wice:{out}/none", "--out", "{out}/w.jsonl"], "does not exist"),
     (
         J,
         ["evaluate", "--judge", "x", "--dataset", "{malformed}", "--out", "{out}", "--device", "cpu"],

@@ -2,7 +2,7 @@
 
 Each op is opaque to ``torch.compile``: Dynamo records one call, and its fake implementation gives the
 exact shapes, dtypes and strides of the outputs without running a kernel, so a compiled function that
-calls [`flashstats_kernels.response_attention`][] is one graph (``fullgraph=True``) and Inductor never
+calls `flashstats_kernels.response_attention` is one graph (``fullgraph=True``) and Inductor never
 tries to compile our kernels itself. The ops do no host synchronisation, so they can be captured in CUDA
 graphs.
 
