@@ -17,6 +17,7 @@ from halubench_data import (
     halubench_from_hub_rows,
     supported_to_label,
 )
+from halubench_data.builders import PHANTOM_10K_2000, phantom_file
 
 
 def _jsonl(path, rows):
@@ -205,81 +206,106 @@ def test_halubench_hub_rows_and_csv(tmp_path):
     ]
 
 
-def test_trivia_plus_and_phantom_rows(tmp_path):
-    trivia = _jsonl(
-        tmp_path / "trivia.jsonl",
-        [
-            {
-                "id": "t1",
-                "context": "Paris is in France.",
-                "question": "Where is Paris?",
-                "answer": "France",
-                "label": 0,
-            },
-            {
-                "id": "t2",
-                "context": "Paris is in France.",
-                "question": "Where is Paris?",
-                "answer": "Spain",
-                "label": 1,
-            },
-            {
-                "id": "t3",
-                "context": "Rome is in Italy.",
-                "question": "Where is Rome?",
-                "answer": "Italy",
-                "label": "false",
-            },
-            {
-                "id": "t4",
-                "context": "Rome is in Italy.",
-                "question": "Where is Rome?",
-                "answer": "",
-                "label": 1,
-            },
-        ],
-    )
-    ds = build_trivia_plus(trivia)
-    assert [(e.id, e.label) for e in ds] == [
-        ("trivia_plus-t1", 0),
-        ("trivia_plus-t2", 1),
-        ("trivia_plus-t3", 0),
+def test_halubench_hub_rows_respect_apply_filters():
+    # the builtin ``filter`` was passed for ``apply_filters``, so the unfiltered benchmark still filtered
+    rows = _halubench_rows()[:-1]
+    raw = halubench_from_hub_rows(rows, apply_filters=False)
+    assert len(raw) == len(rows) == 210
+    assert "HaluEval length balancing" not in raw.report.filtered
+    assert len(halubench_from_hub_rows(rows)) < 210
+
+
+def _trivia_row(i, article, answer, label, split, source="nq"):
+    """One row in the TRIVIA+ release's schema (DATA_DETAILS.md), noisy label columns included."""
+    return {
+        "source": source, "split": split, "model": "claude", "article": article,
+        "question": f"Question {i}?", "answer": answer, "workerId": ["w1", "w2"],
+        "response-level-labels-bin": [str(label), str(label)],
+        "answer_sentence_list": [answer], "sentence_level_majority_vote": ["supports"],
+        "response_level_label_binary": label, "response_level_label": label,
+        "response_level_label_binary_ws_llm_aaj": 1 - label,
+        "response_level_label_binary_15pct_noise_random_flipping": 1 - label,
+    }  # fmt: skip
+
+
+def test_trivia_plus_release_schema_and_splits(tmp_path):
+    rows = [
+        _trivia_row(0, "Paris is in France.", "France", 0, "train"),
+        _trivia_row(1, "Paris is in France.", "Spain", 1, "train", source="ms_marco"),
+        _trivia_row(2, "Rome is in Italy.", "Italy", 0, "valid", source="msmarco"),
+        _trivia_row(3, "Rome is in Italy.", "Greece", 1, "test"),
+        _trivia_row(4, "Oslo is in Norway.", "", 1, "test"),
     ]
-    assert ds[0].group == ds[1].group != ds[2].group
-    assert ds.report.drops[0].field == "answer" and ds.report.drops[0].line == 4
-    phantom = tmp_path / "phantom.json"
-    phantom.write_text(
-        json.dumps(
-            [
-                {
-                    "query": "What was revenue?",
-                    "context": "Revenue was 5,000,000.",
-                    "answer": "5 million",
-                    "label": 0,
-                    "doc_id": "A",
-                },
-                {
-                    "query": "What was revenue?",
-                    "context": "Other chunk of A.",
-                    "answer": "9 million",
-                    "label": 1,
-                    "doc_id": "A",
-                },
-                {
-                    "query": "Net income?",
-                    "context": "Net income was 1,000.",
-                    "answer": "1,000",
-                    "label": 0,
-                    "doc_id": "B",
-                },
-            ]
-        )
+    path = _jsonl(tmp_path / "trivia.jsonl", rows)
+    ds = build_trivia_plus(path)
+    assert [(e.id, e.label, e.split, e.answer) for e in ds] == [
+        ("trivia_plus-1", 0, "train", "France"),
+        ("trivia_plus-2", 1, "train", "Spain"),
+        ("trivia_plus-3", 0, "validation", "Italy"),
+        ("trivia_plus-4", 1, "test", "Greece"),
+    ]  # the gold label, never the noisy columns; the release's splits
+    assert [e.source for e in ds] == ["trivia_plus_nq", "trivia_plus_msmarco", "trivia_plus_msmarco",
+                                      "trivia_plus_nq"]  # fmt: skip
+    assert ds[0].context == "Paris is in France." and ds[0].question == "Question 0?"
+    ds.check_groups()
+    assert ds.report.drops[0].field == "answer" and ds.report.drops[0].line == 5
+    assert ds.report.filtered == {}
+    reassigned = build_trivia_plus(path, release_splits=False)
+    reassigned.check_groups()
+    bad = _jsonl(tmp_path / "bad.jsonl", [_trivia_row(0, "A b c.", "x", 0, "holdout")])
+    assert build_trivia_plus(bad).report.drops[0].field == "split"
+
+
+def test_trivia_plus_counts_contexts_the_release_shares_across_splits(tmp_path):
+    rows = [_trivia_row(0, "Same article.", "a", 0, "train"), _trivia_row(1, "Same article.", "b", 1, "test"),
+            _trivia_row(2, "Other article.", "c", 0, "valid")]  # fmt: skip
+    ds = build_trivia_plus(_jsonl(tmp_path / "t.jsonl", rows))
+    ds.check_groups()
+    assert [e.split for e in ds] == ["train", "test", "validation"]
+    assert ds.report.filtered == {"contexts shared across the release's splits (kept as released)": 1}
+
+
+def _phantom_csv(path, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["Unnamed: 0", "query", "context", "answer", "ground_truth_label"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_phantom_release_schema_and_the_10k_2000_token_split(tmp_path):
+    ctx = "Item 7. Revenue was 5,000,000 in 2023. " + "Filler text of the filing. " * 20
+    rows = [
+        {"Unnamed: 0": 0, "query": "What was revenue?", "context": ctx, "answer": "5 million",
+         "ground_truth_label": "not hallucination"},
+        {"Unnamed: 0": 1, "query": "What was revenue?", "context": ctx, "answer": "9 million",
+         "ground_truth_label": "hallucination"},
+        {"Unnamed: 0": 2, "query": "Net income?", "context": "Net income was 1,000 dollars in fiscal 2022.",
+         "answer": "1,000", "ground_truth_label": "not hallucination"},
+    ]  # fmt: skip
+    assert PHANTOM_10K_2000 == phantom_file("10k", 2000, "middle")
+    assert PHANTOM_10K_2000 == "PhantomDataset/Phantom_10k_2000tokens_middle.csv"
+    assert phantom_file("def14a", "seed") == "PhantomDataset/Phantom_def14a_seed.csv"
+    (tmp_path / "PhantomDataset").mkdir()
+    _phantom_csv(tmp_path / PHANTOM_10K_2000, rows)
+    ph = build_phantom(tmp_path)  # the dataset folder: the paper's split is read by default
+    assert [(e.id, e.question, e.answer, e.label) for e in ph] == [
+        ("phantom-0", "What was revenue?", "5 million", 0),
+        ("phantom-1", "What was revenue?", "9 million", 1),
+        ("phantom-2", "Net income?", "1,000", 0),
+    ]
+    assert ph[0].group == ph[1].group != ph[2].group
+    ph.check_groups()
+    assert [e.id for e in build_phantom(tmp_path / PHANTOM_10K_2000)] == [e.id for e in ph]
+    with pytest.raises(FileNotFoundError, match="Phantom_10k_5000tokens_end.csv"):
+        build_phantom(tmp_path, file=phantom_file("10k", 5000, "end"))
+    with pytest.raises(ValueError, match="position"):
+        phantom_file("10k", 2000, "centre")
+    fields = FieldMap(
+        context=("context",), question=("query",), answer=("query",), label=("ground_truth_label",)
     )
-    ph = build_phantom(phantom)
-    assert [e.question for e in ph][0] == "What was revenue?"
-    assert ph[0].group == ph[1].group == "phantom:A" != ph[2].group
-    custom = build_trivia_plus(trivia, fields=FieldMap(answer=("question",)))
-    assert custom[0].answer == "Where is Paris?"
+    custom = build_phantom(tmp_path, fields=fields)
+    assert custom[0].answer == "What was revenue?"
 
 
 def test_support_label_conversion(tmp_path):

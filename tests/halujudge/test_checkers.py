@@ -22,10 +22,35 @@ def _count(tok):
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def test_minicheck_seq2seq_min_over_sentences_of_max_over_chunks(tiny_t5, tiny_tokenizer, make_example):
+def test_minicheck_default_is_the_whole_answer_max_over_chunks(tiny_t5, tiny_tokenizer, make_example):
+    # MiniCheck's own scorer and the paper (Appendix L.5): the whole claim, highest support over chunks
     checker = MiniCheck(
         tiny_t5, tiny_tokenizer, style="seq2seq", chunk_tokens=12, batch_size=3, include_question=False
     )
+    assert checker.claims == "whole"
+    example = make_example(2, 1, answer=TWO_SENTENCES)
+    chunks = chunk_document(example.context, 12, _count(tiny_tokenizer))
+    assert len(chunks) >= 3
+    whole = [_seq2seq_reference(tiny_t5, tiny_tokenizer, c, example.answer.strip()) for c in chunks]
+    per_sentence = [
+        max(_seq2seq_reference(tiny_t5, tiny_tokenizer, c, s) for c in chunks)
+        for s in split_sentences(example.answer)
+    ]
+    (score,) = checker.score([example], progress=False)
+    assert score == pytest.approx(1 - max(whole), abs=1e-6)
+    assert abs((1 - min(per_sentence)) - score) > 1e-6  # the sentence minimum is a different score
+
+
+def test_minicheck_rejects_an_unknown_claim_mode(tiny_t5, tiny_tokenizer):
+    with pytest.raises(ValueError, match="claims must be 'whole' or 'sentences'"):
+        MiniCheck(tiny_t5, tiny_tokenizer, style="seq2seq", claims="sentence")
+
+
+def test_minicheck_seq2seq_min_over_sentences_of_max_over_chunks(tiny_t5, tiny_tokenizer, make_example):
+    checker = MiniCheck(
+        tiny_t5, tiny_tokenizer, style="seq2seq", chunk_tokens=12, batch_size=3, include_question=False,
+        claims="sentences",
+    )  # fmt: skip
     example = make_example(2, 1, answer=TWO_SENTENCES)
     chunks = chunk_document(example.context, 12, _count(tiny_tokenizer))
     claims = split_sentences(example.answer)

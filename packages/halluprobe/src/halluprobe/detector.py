@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -69,7 +70,9 @@ class Detector:
         hidden_layers: Kept hidden layers (as in the extraction).
     """
 
-    def __init__(self, fit: ProbeFit, proxy: str | None, layers, hidden_layers):
+    def __init__(
+        self, fit: ProbeFit, proxy: str | None, layers: Sequence[int] | None, hidden_layers: Sequence[int]
+    ):
         self.fit = fit
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)

@@ -14,6 +14,8 @@ input from :class:`~halluprobe.records.ExampleRecord` lists. See ``docs/referenc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
@@ -135,7 +137,7 @@ class LLMCheckAttention(_ScoreDetector):
         direction: ``"auto"``, ``1`` (higher ``log p_ii`` = hallucinated) or ``-1``.
     """
 
-    def __init__(self, direction="auto"):
+    def __init__(self, direction: str | int = "auto"):
         self.direction = direction
 
     def _fit_scores(self, X, y):
@@ -168,7 +170,7 @@ class INTRYGUE(_ScoreDetector):
         ks: Head counts searched (ties to the smaller).
     """
 
-    def __init__(self, head_order=None, ks=(1, 2, 4, 8, 16, 32)):
+    def __init__(self, head_order: Sequence[int] | None = None, ks: Sequence[int] = (1, 2, 4, 8, 16, 32)):
         self.head_order = head_order
         self.ks = ks
 

@@ -15,7 +15,9 @@ import torch
 
 
 @torch.no_grad()
-def induction_scores(model, *, block: int = 40, n_seqs: int = 4, seed: int = 0) -> np.ndarray:
+def induction_scores(
+    model: torch.nn.Module, *, block: int = 40, n_seqs: int = 4, seed: int = 0
+) -> np.ndarray:
     """``[n_layers, H] float64`` mean induction attention of every head of every layer.
 
     Args:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,7 +105,12 @@ def fit_blocks(
 
 
 def select_heads(
-    order: list[int], train, y_train, val, y_val, ks: tuple[int, ...] = KS
+    order: list[int],
+    train: list[ExampleRecord],
+    y_train: np.ndarray,
+    val: list[ExampleRecord],
+    y_val: np.ndarray,
+    ks: tuple[int, ...] = KS,
 ) -> tuple[int, dict[int, float]]:
     """Choose A7's ``K`` by validation AUROC of A7 alone (ties to the smaller K).
 
@@ -182,11 +188,11 @@ def train_feature_sets(
     feature_sets: list[str],
     order: list[int],
     train: list[ExampleRecord],
-    y_train,
+    y_train: np.ndarray,
     groups_train: list[str],
     val: list[ExampleRecord],
-    y_val,
-    progress=None,
+    y_val: np.ndarray,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, ProbeFit]:
     """Run the whole protocol: choose ``K`` and ``k`` once, then fit every feature set.
 

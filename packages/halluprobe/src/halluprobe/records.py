@@ -9,9 +9,13 @@ context length, so a dataset's records fit a cache of shards.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from flashstats_hf.types import ForwardStats
 
 HEAD_STATS: tuple[str, ...] = (
     "max_weight",
@@ -146,7 +150,9 @@ def _sink_topk(fs, b: int) -> torch.Tensor:
     return top
 
 
-def reduce_forward(fs, ids: list[str], mtopdiv: torch.Tensor | None = None) -> list[ExampleRecord]:
+def reduce_forward(
+    fs: ForwardStats, ids: list[str], mtopdiv: torch.Tensor | None = None
+) -> list[ExampleRecord]:
     """Reduce one batch's ForwardStats to one :class:`ExampleRecord` per example.
 
     Args:

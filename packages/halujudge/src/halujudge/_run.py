@@ -76,7 +76,9 @@ def _scorer(args: argparse.Namespace) -> tuple[Any, str]:
     if args.checker == "minicheck":
         from halujudge.checkers import MiniCheck
 
-        checker = MiniCheck.from_pretrained(args.model, device=args.device, batch_size=args.batch_size)
+        checker = MiniCheck.from_pretrained(
+            args.model, device=args.device, batch_size=args.batch_size, claims=args.minicheck_claims
+        )
         return checker, f"MiniCheck ({checker.model_id})"
     if args.checker == "hhem":
         from halujudge.checkers import HHEM

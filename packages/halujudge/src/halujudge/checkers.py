@@ -1,4 +1,4 @@
-"""Grounding checkers: MiniCheck (per claim sentence) and HHEM-2.1-Open (premise, hypothesis).
+"""Grounding checkers: MiniCheck (document chunks, whole claim) and HHEM-2.1-Open (premise, hypothesis).
 
 Both estimate the probability that a document supports a text; the hallucination score is one minus it.
 """
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["HHEM", "MiniCheck"]
 
 Style = Literal["seq2seq", "causal", "classifier"]
+Claims = Literal["whole", "sentences"]
 
 # Bespoke-MiniCheck-7B was trained with this instruction in the system turn and "Document: ...\nClaim: ..."
 # in the user turn; the model must see the same input to give calibrated answers, so it is kept verbatim.
@@ -86,6 +87,8 @@ class _PairScorer:
     ) -> np.ndarray:
         """Hallucination scores: one minus the lowest, over claims, of the highest support over chunks.
 
+        (With one claim, the whole answer, this is one minus its highest support over chunks.)
+
         Args:
             examples: objects with ``id``, ``context``, ``question`` and ``answer`` (e.g. ``Example``).
             cache: an optional score cache keyed by (model id, checker name, example id, text hash).
@@ -116,13 +119,16 @@ class _PairScorer:
 
 
 class MiniCheck(_PairScorer):
-    """MiniCheck: checks each sentence of the answer against chunks of the document.
+    """MiniCheck: the support of the answer by the document, the highest over document chunks.
 
-    The answer is split into sentences (:func:`~halujudge.text.split_sentences`); the document (the question,
-    when present and ``include_question``, then the context) is cut into chunks of at most ``chunk_tokens``
-    tokens. Each (chunk, sentence) pair gets a support probability; a sentence keeps its highest support
-    over chunks, the answer the lowest over sentences, and the score is one minus that (higher = more likely
-    hallucinated).
+    The document (the question, when present and ``include_question``, then the context) is cut into chunks
+    of at most ``chunk_tokens`` tokens. By default (``claims="whole"``) the whole answer is the claim, as in
+    MiniCheck's own scorer and the paper (Appendix L.5): each (chunk, answer) pair gets a support
+    probability, the answer keeps its highest support over chunks, and the score is one minus that (higher =
+    more likely hallucinated). With ``claims="sentences"`` the answer is first split into sentences
+    (:func:`~halujudge.text.split_sentences`), each sentence keeps its highest support over chunks and the
+    answer the lowest over sentences: a stricter variant (one unsupported sentence is enough), not the
+    published one.
 
     Input conventions by ``style``:
 
@@ -143,6 +149,7 @@ class MiniCheck(_PairScorer):
         batch_size: pairs per forward.
         model_id: name recorded in caches and reports.
         include_question: prepend ``"Question: ..."`` to the document.
+        claims: ``"whole"`` (default: the answer is one claim) or ``"sentences"`` (minimum over sentences).
     """
 
     name = "minicheck"
@@ -157,7 +164,10 @@ class MiniCheck(_PairScorer):
         batch_size: int = 8,
         model_id: str = "minicheck",
         include_question: bool = True,
+        claims: Claims = "whole",
     ) -> None:
+        if claims not in ("whole", "sentences"):
+            raise ValueError(f"claims must be 'whole' or 'sentences', got {claims!r}")
         if style not in ("seq2seq", "causal", "classifier"):
             raise ValueError(f"style must be 'seq2seq', 'causal' or 'classifier', got {style!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -166,6 +176,7 @@ class MiniCheck(_PairScorer):
         self.chunk_tokens = chunk_tokens or (32_768 - 300 if style == "causal" else 500)
         self.max_length = max_length if max_length is not None else (None if style == "causal" else 2048)
         self.batch_size, self.model_id, self.include_question = batch_size, model_id, include_question
+        self.claims = claims
         if style == "seq2seq":
             self._label_ids = [tokenizer("0", add_special_tokens=False)["input_ids"][0],
                                tokenizer("1", add_special_tokens=False)["input_ids"][0]]  # fmt: skip
@@ -203,7 +214,10 @@ class MiniCheck(_PairScorer):
         return cls(net, tokenizer, style=style, model_id=source.name, **kwargs)
 
     def _settings(self) -> str:
-        return f"minicheck style={self.style} chunk={self.chunk_tokens} max_length={self.max_length}"
+        return (
+            f"minicheck style={self.style} chunk={self.chunk_tokens} max_length={self.max_length} "
+            f"claims={self.claims}"
+        )
 
     @staticmethod
     def _messages(document: str, claim: str) -> list[dict[str, str]]:
@@ -214,7 +228,9 @@ class MiniCheck(_PairScorer):
 
     def _plan(self, example: Any) -> list[list[tuple[str, str]]]:
         chunks = chunk_document(_premise(example, self.include_question), self.chunk_tokens, self._count)
-        claims = split_sentences(example.answer) or [example.answer.strip()]
+        claims = [example.answer.strip()]
+        if self.claims == "sentences":
+            claims = split_sentences(example.answer) or claims
         return [[(chunk, claim) for chunk in chunks] for claim in claims]
 
     def _encode(self, texts: list[str], padding_side: str = "right") -> dict[str, torch.Tensor]:

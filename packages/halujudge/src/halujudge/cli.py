@@ -32,6 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", metavar="PATH", help="checker weights: hub id or downloaded snapshot folder")
     ev.add_argument("--foundation", metavar="PATH", help="HHEM only: the google/flan-t5-base snapshot folder")
     ev.add_argument(
+        "--minicheck-claims",
+        choices=("whole", "sentences"),
+        default="whole",
+        help="MiniCheck only: score the whole answer as one claim (default; MiniCheck's own scorer and the "
+        "paper) or take the minimum over answer sentences (stricter variant)",
+    )
+    ev.add_argument(
         "--dataset",
         required=True,
         metavar="NAME_OR_JSONL",

@@ -12,6 +12,7 @@ from .claims import (
 )
 from .faithbench import build_faithbench
 from .halubench import (
+    PHANTOM_10K_2000,
     PHANTOM_FIELDS,
     TRIVIA_PLUS_FIELDS,
     build_halubench,
@@ -19,12 +20,14 @@ from .halubench import (
     build_trivia_plus,
     halubench_from_hub_rows,
     load_halubench_from_hub,
+    phantom_file,
 )
 from .ragtruth import TASKS, build_ragtruth, build_ragtruth_original
 from .tabular import FieldMap, parse_label
 
 __all__ = [
     "NEUTRAL_QUESTION",
+    "PHANTOM_10K_2000",
     "PHANTOM_FIELDS",
     "TASKS",
     "TRIVIA_PLUS_FIELDS",
@@ -44,5 +47,6 @@ __all__ = [
     "halubench_from_hub_rows",
     "load_halubench_from_hub",
     "parse_label",
+    "phantom_file",
     "supported_to_label",
 ]

@@ -1,5 +1,8 @@
 """HaluBench (Ravi et al., 2024) with the paper's filtering, and the TRIVIA+ and PHANTOM loaders.
 
+TRIVIA+ and PHANTOM read their releases' own column names (:data:`TRIVIA_PLUS_FIELDS`,
+:data:`PHANTOM_FIELDS`), checked against the public dataset cards and files.
+
 HaluBench rows (the hub's shape): ``id``, ``passage``, ``question``, ``answer``, ``label``
 (``PASS`` = faithful, ``FAIL`` = hallucinated), ``source_ds`` (``halueval``, ``RAGTruth``,
 ``FinanceBench``, ``DROP``, ``covidQA``, ``pubmedQA``). The paper's filters (Appendix K):
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dataset import Dataset
+from ..io import RecordError
 from ..leakage import balance_lengths, filings_linked, link_groups
 from ..schema import Example
 from ._common import Collector
@@ -85,7 +89,7 @@ def halubench_from_hub_rows(
     """Convert rows shaped like the hub's ``PatronusAI/HaluBench`` test split (see module docstring)."""
     col = Collector("hub:PatronusAI/HaluBench")
     return _from_rows(
-        enumerate((dict(r) for r in rows), start=1), col, "hub:PatronusAI/HaluBench", seed, filter
+        enumerate((dict(r) for r in rows), start=1), col, "hub:PatronusAI/HaluBench", seed, apply_filters
     )
 
 
@@ -99,49 +103,155 @@ def load_halubench_from_hub(*, apply_filters: bool = True, seed: int = 42) -> Da
     return halubench_from_hub_rows(rows, apply_filters=apply_filters, seed=seed)
 
 
-TRIVIA_PLUS_FIELDS = FieldMap()
-"""TRIVIA+ columns: context/passage, question, answer/response, label, optional group/id columns."""
+TRIVIA_PLUS_FIELDS = FieldMap(
+    context=("article", "context"), question=("question",), answer=("answer",),
+    label=("response_level_label_binary", "label"), group=("group",), id=("id",), source=("source",),
+)  # fmt: skip
+"""TRIVIA+ columns as released (``Triviaplus_all_withnoise_cleaned_*.parquet``, see its DATA_DETAILS.md):
+``article`` (grounding document), ``question``, ``answer`` (the LLM response), the gold label
+``response_level_label_binary`` (0 faithful, 1 unfaithful; the ``*_noise_*`` and ``*_ws_llm_aaj`` columns
+are noisy training labels and are never read), ``source`` (drop, msmarco/ms_marco, nq, trivia, covid) and
+``split`` (train, valid, test). The release has no id column (ids are row numbers). ``context``/``label``
+are accepted as fallbacks for files converted to this package's names."""
+
 PHANTOM_FIELDS = FieldMap(
-    context=("context", "chunk", "document", "doc"),
-    question=("query", "question"),
-    answer=("answer", "response"),
-    label=("label", "is_hallucinated", "hallucinated", "hallucination"),
-    group=("doc_id", "document_id", "file_name", "filename", "company", "source_id"),
-)
-"""PHANTOM columns: the filing chunk, the query, the answer and its label, grouped by filing."""
+    context=("context",), question=("query",), answer=("answer",),
+    label=("ground_truth_label", "label"), group=("group", "doc_id"), id=("Unnamed: 0", "id"),
+)  # fmt: skip
+"""PHANTOM columns as released (``seyled/Phantom_Hallucination_Detection``, ``PhantomDataset/*.csv``):
+``query``, ``context`` (the filing excerpt), ``answer``, ``ground_truth_label`` (``hallucination`` or
+``not hallucination``) and pandas' index column ``Unnamed: 0`` (the id)."""
+
+PHANTOM_10K_2000 = "PhantomDataset/Phantom_10k_2000tokens_middle.csv"
+"""The split the paper uses (Appendix H): 10-K filings, 2,000-token documents with the answer-bearing
+passage in the middle (980 rows, 490 per label)."""
+
+_RELEASE_SPLITS = {"train": "train", "valid": "validation", "validation": "validation", "dev": "validation",
+                   "test": "test"}  # fmt: skip
+_SOURCE_ALIASES = {"ms_marco": "msmarco"}
 
 
-def _build_table(name: str, path: str | os.PathLike[str], fields: FieldMap, seed: int, link: bool) -> Dataset:
+def phantom_file(kind: str = "10k", tokens: int | str = 2000, position: str = "middle") -> str:
+    """Path of one PHANTOM release file inside the dataset repository.
+
+    Args:
+        kind: ``"10k"`` (10-K filings) or ``"def14a"`` (DEF 14A proxy statements).
+        tokens: document length (2000, 5000, 10000, 20000, 30000) or ``"seed"`` (the seed triples).
+        position: where the answer-bearing passage sits: ``beginning``, ``middle`` or ``end``.
+    """
+    if kind not in ("10k", "def14a"):
+        raise ValueError(f"PHANTOM kind must be '10k' or 'def14a', got {kind!r}")
+    if tokens == "seed":
+        return f"PhantomDataset/Phantom_{kind}_seed.csv"
+    if position not in ("beginning", "middle", "end"):
+        raise ValueError(f"PHANTOM position must be beginning, middle or end, got {position!r}")
+    return f"PhantomDataset/Phantom_{kind}_{int(tokens)}tokens_{position}.csv"
+
+
+def _link(exs: list[Example]) -> list[Example]:
+    """Merge groups whose contexts are near-duplicates (the 5-gram rule), per source."""
+    linked = link_groups([e.context for e in exs], [e.source for e in exs], prefix="lnk")
+    merged: dict[str, str] = {}
+    for e, g in zip(exs, linked, strict=True):
+        merged.setdefault(g, e.group)
+    return [replace(e, group=merged[g]) for e, g in zip(exs, linked, strict=True)]
+
+
+def _table_example(row: Any, line: int, name: str, fields: FieldMap, split_sources: bool) -> Example:
+    ex = row_example(row, line, prefix=name, fields=fields, split_sources=split_sources)
+    alias = _SOURCE_ALIASES.get(ex.source.removeprefix(f"{name}_"))
+    if split_sources and alias:
+        ex = replace(ex, source=f"{name}_{alias}")
+    split = row.get("split") if isinstance(row, dict) else None
+    if split is not None:
+        key = str(split).strip().lower()
+        if key not in _RELEASE_SPLITS:
+            raise RecordError("split", f"unknown split {split!r}; expected one of {sorted(_RELEASE_SPLITS)}")
+        ex = replace(ex, split=_RELEASE_SPLITS[key])
+    return ex
+
+
+def _build_table(
+    name: str, path: str | os.PathLike[str], fields: FieldMap, seed: int, link: bool, *,
+    split_sources: bool = False, release_splits: bool = False,
+) -> Dataset:  # fmt: skip
     path = Path(path)
     col = Collector(str(path))
     for line, row in read_rows(path, col):
         col.add(
-            str(path), line, lambda row=row, line=line: row_example(row, line, prefix=name, fields=fields)
+            str(path), line, lambda row=row, line=line: _table_example(row, line, name, fields, split_sources)
         )
-    exs: list[Example] = fill_groups(col.examples)
-    if link:  # also merge groups whose contexts are near-duplicates (5-gram rule)
-        linked = link_groups([e.context for e in exs], [e.source for e in exs], prefix="lnk")
-        merged: dict[str, str] = {}
-        for e, g in zip(exs, linked, strict=True):
-            merged.setdefault(g, e.group)
-        exs = [replace(e, group=merged[g]) for e, g in zip(exs, linked, strict=True)]
+    exs = col.examples
+    keep = release_splits and bool(exs) and all(e.split is not None for e in exs)
+    if keep:  # groups are formed within each released split; count contexts the release shares across splits
+        by_context: dict[tuple[str, str], set[str]] = {}
+        for e in exs:
+            by_context.setdefault((e.source, e.context), set()).add(str(e.split))
+        shared = sum(len(v) > 1 for v in by_context.values())
+        if shared:
+            col.filtered["contexts shared across the release's splits (kept as released)"] = shared
+        position = {id(x): n for n, x in enumerate(exs)}
+        pairs = []
+        for part in ("train", "validation", "test"):
+            rows = [x for x in exs if x.split == part]
+            pairs += zip(rows, _grouped(rows, link, part), strict=True)
+        exs = [g for _, g in sorted(pairs, key=lambda p: position[id(p[0])])]  # file order
+    else:
+        exs = [replace(e, split=None) for e in exs]
+        exs = _grouped(exs, link, "")
     col.examples = exs
-    return col.finish(name, seed=seed)
+    return col.finish(name, seed=seed, keep_splits=keep)
+
+
+def _grouped(exs: list[Example], link: bool, tag: str) -> list[Example]:
+    """Exact-context groups for examples without a group column, then (``link``) near-duplicate merging."""
+    exs = fill_groups(exs)
+    if tag:
+        exs = [replace(e, group=f"{e.group}@{tag}") for e in exs]
+    return _link(exs) if link else exs
 
 
 def build_trivia_plus(
-    path: str | os.PathLike[str], *, fields: FieldMap = TRIVIA_PLUS_FIELDS, seed: int = 42, link: bool = True
-) -> Dataset:
-    """TRIVIA+ (Chen et al., 2026) from a local JSONL/JSON/CSV file; see ``FieldMap`` for columns.
+    path: str | os.PathLike[str], *, fields: FieldMap = TRIVIA_PLUS_FIELDS, seed: int = 42, link: bool = True,
+    release_splits: bool = True,
+) -> Dataset:  # fmt: skip
+    """TRIVIA+ (Chen et al., 2026) from a local Parquet/JSONL/JSON/CSV file in the release's columns.
 
-    Groups: the group column when present, else identical contexts; with ``link``, groups whose
-    contexts are near-duplicates (>= 30% shared word 5-grams) are merged.
+    Sources are ``trivia_plus_<source>`` (``ms_marco`` is merged into ``msmarco``, as the release notes
+    they are one origin). With ``release_splits`` (default) and a ``split`` column on every row, the
+    release's train/valid/test split is kept (the paper's 2,079 selection examples come from its train
+    split); groups (exact contexts, merged when ``link`` finds near-duplicates) are formed within each
+    split, and the report counts contexts that the release itself shares across splits. Otherwise
+    whole groups are split 70/15/15 within every source and label (``seed``).
     """
-    return _build_table("trivia_plus", path, fields, seed, link)
+    return _build_table(
+        "trivia_plus", path, fields, seed, link, split_sources=True, release_splits=release_splits
+    )
 
 
 def build_phantom(
-    path: str | os.PathLike[str], *, fields: FieldMap = PHANTOM_FIELDS, seed: int = 42, link: bool = True
-) -> Dataset:
-    """PHANTOM (Ji et al., 2025) from a local JSONL/JSON/CSV file, grouped by filing (``PHANTOM_FIELDS``)."""
+    path: str | os.PathLike[str], *, fields: FieldMap = PHANTOM_FIELDS, seed: int = 42, link: bool = True,
+    file: str = PHANTOM_10K_2000,
+) -> Dataset:  # fmt: skip
+    """PHANTOM (Ji et al., 2025) from one release CSV, by default the paper's 10-K 2,000-token split.
+
+    Args:
+        path: a release file, or the dataset folder (a snapshot of
+            ``seyled/Phantom_Hallucination_Detection``), in which case ``file`` is read from it.
+        fields: column names (:data:`PHANTOM_FIELDS`).
+        seed: seed of the 70/15/15 group split.
+        link: merge groups whose contexts are near-duplicates (5-gram rule).
+        file: the release file read from a folder (:func:`phantom_file`; default :data:`PHANTOM_10K_2000`).
+
+    Groups: the hallucinated and faithful answers of one question share its context, so exact contexts
+    form groups, merged across near-duplicate excerpts of the same filing when ``link``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        target = path / file
+        if not target.is_file():
+            raise FileNotFoundError(
+                f"PHANTOM: {target} not found; expected the release file {file!r} under {path}"
+            )
+        path = target
     return _build_table("phantom", path, fields, seed, link)

@@ -23,6 +23,7 @@ from ._common import Collector, nonempty, read_json_lines
 LABEL_VALUES: dict[str, int] = {
     "1": 1, "true": 1, "yes": 1, "fail": 1, "hallucinated": 1, "hallucination": 1, "unfaithful": 1,
     "0": 0, "false": 0, "no": 0, "pass": 0, "faithful": 0, "supported": 0, "correct": 0,
+    "not hallucination": 0, "not hallucinated": 0, "not_hallucination": 0,
 }  # fmt: skip
 
 
@@ -99,9 +100,20 @@ def row_example(
 
 
 def read_rows(path: str | os.PathLike[str], col: Collector) -> Iterator[tuple[int, Any]]:
-    """``(record number, row)`` from ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.csv``."""
+    """``(record number, row)`` from ``.jsonl``, ``.json``, ``.csv`` or ``.parquet``.
+
+    A ``.json`` file holds a list or ``{"data": [...]}``; ``.parquet`` needs the optional ``pyarrow``.
+    """
     path = Path(path)
-    if path.suffix == ".csv":
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as err:
+            raise ImportError(
+                f"{path}: reading Parquet needs pyarrow (pip install pyarrow); or convert the file to JSONL"
+            ) from err
+        yield from enumerate(pq.read_table(path).to_pylist(), start=1)
+    elif path.suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as f:
             # line numbers of the CSV file: the header is line 1
             yield from enumerate(csv.DictReader(f), start=2)
