@@ -14,7 +14,9 @@ import zlib
 
 import pytest
 import torch
-from flashstats_kernels.ops.columns.fused import columns_triton
+import triton
+import triton.language as tl
+from flashstats_kernels.ops.columns.fused import _exp2_fma, columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
 from flashstats_kernels.ops.forward.fused import forward_triton
 from flashstats_kernels.ops.forward.naive import naive_forward, naive_visibility
@@ -293,3 +295,31 @@ GPU_CASES = [
 def test_kernels_match_fp64_reference_on_gpu(case, poisoned, record_testsuite_property):
     errors = run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
     record_testsuite_property(case.id, ";".join(f"{k}={v:.3g}" for k, v in errors.items()))
+
+
+@pytest.mark.parametrize("case", [VARIANT_CASES[1], CASES[5]], ids=lambda c: c.id)
+def test_t3_with_half_the_exponentials_on_fma_matches_fp64(case, poisoned, monkeypatch):
+    """The T3 variant that takes half of its exponentials from a polynomial (FlashAttention-4's split)."""
+    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", "1")
+    run_and_check(case, seed=11)
+
+
+@triton.jit
+def _exp2_fma_kernel(X, Y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(Y + o, _exp2_fma(tl.load(X + o)))
+
+
+def test_exp2_on_fma_pipes_is_as_accurate_as_the_hardware_exponential():
+    """Relative error < 5e-7 (4 ulp) down to 2^-126, 0 below it and at -inf (as the flush-to-zero ex2 gives)."""
+    gen = torch.Generator().manual_seed(0)
+    x = -torch.rand(4092, generator=gen, dtype=torch.float64) * 130
+    x = torch.cat([x, torch.tensor([0.0, -126.0, -1e-7, -float("inf")], dtype=torch.float64)]).float()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    y = torch.empty(4096, dtype=torch.float32, device=device)
+    _exp2_fma_kernel[(1,)](x.to(device), y, N=4096)
+    y = y.cpu().double()
+    want = torch.exp2(x.double())
+    ok = want >= 2.0**-126
+    assert ((y - want) / want)[ok].abs().max().item() < 5e-7  # 4 ulp of fp32
+    assert torch.all(y[~ok] == 0)
