@@ -17,7 +17,7 @@ def _roc(scores, y):
 
 
 def roc(path: Path, fitted: dict) -> None:
-    """One panel per dataset with the test ROC of the main probes, two detectors, the judge and TF-IDF."""
+    """Test ROC per dataset, two panels per row: probes, detectors, judge and TF-IDF, AUROC in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,8 +25,12 @@ def roc(path: Path, fitted: dict) -> None:
     from report import DISPLAY
 
     names = list(fitted)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2), squeeze=False)
-    for ax, d in zip(axes[0], names, strict=True):
+    cols = min(2, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 5.2 * rows), squeeze=False)
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    for ax, d in zip(axes.flat, names, strict=False):
         f = fitted[d]
         y = f["labels"]["test"]
         judge = [m for m, s in f["methods"].items() if s["kind"] == "judge"]
@@ -35,15 +39,16 @@ def roc(path: Path, fitted: dict) -> None:
                 continue
             fpr, tpr = _roc(f["methods"][m]["test"], y)
             style = "--" if f["methods"][m]["kind"] != "probe" else "-"
-            ax.plot(fpr, tpr, style, lw=1.2, label=m.replace("SmolLM2 judge", "judge"))
+            auc = float(np.trapezoid(tpr, fpr))
+            ax.plot(fpr, tpr, style, lw=1.2, label=f"{m.replace('SmolLM2 judge', 'judge')} ({auc:.2f})")
         ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
         ax.set_title(DISPLAY.get(d, d), fontsize=10)
         ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
         ax.set_aspect("equal")
-    axes[0][0].set_ylabel("true positive rate")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right", title="test AUROC", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

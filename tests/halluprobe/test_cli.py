@@ -33,7 +33,7 @@ def test_help_of_every_command():
 def test_train_defaults_and_options():
     args = build_parser().parse_args(["train"])
     assert args.dataset == "default" and args.out == "runs/default" and args.limit == "auto"
-    assert args.proxy is None and args.device is None and args.layers is None
+    assert args.proxy is None and args.device == "auto" and args.layers is None
     assert "A7H64" in args.feature_sets.split(",")
     args = build_parser().parse_args(
         ["train", "--dataset", "x.jsonl", "--proxy", "p", "--feature-sets", "A7,ALL", "--device", "cpu",

@@ -32,7 +32,7 @@ def test_build_default_stats_and_overwrite(tmp_path, capsys):
     assert main(["build", "default", "--out", str(out), "--n-contexts", "20"]) == 0
     assert len(read_jsonl(out)) == 120
     assert "wrote 120 examples" in capsys.readouterr().out
-    assert main(["build", "default", "--out", str(out)]) == 1
+    assert main(["build", "default", "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert len(read_jsonl(out)) == 120  # untouched
     assert main(["build", "default", "--out", str(out), "--overwrite"]) == 0
@@ -46,10 +46,10 @@ def test_build_default_stats_and_overwrite(tmp_path, capsys):
 
 
 def test_build_reports_missing_source(tmp_path, capsys):
-    assert main(["build", "wice", "--out", str(tmp_path / "w.jsonl")]) == 1
+    assert main(["build", "wice", "--out", str(tmp_path / "w.jsonl")]) == 2
     assert "needs --source" in capsys.readouterr().err
     assert (
-        main(["build", "wice", "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "w.jsonl")]) == 1
+        main(["build", "wice", "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "w.jsonl")]) == 2
     )
     assert not (tmp_path / "w.jsonl").exists()
 
@@ -59,5 +59,16 @@ def test_build_ragtruth_llama_qa_prints_counts(tmp_path, capsys):
     out = tmp_path / "rt.jsonl"
     argv = ["build", "ragtruth", "--source", str(DATA / "ragtruth"), "--out", str(out)]
     assert main([*argv, "--task", "QA", "--model", "llama-2-70b-chat"]) == 0
-    printed = capsys.readouterr().out
-    assert "kept 137" in printed and "| all | both | 97 | 20 | 20 | 137 |" in printed
+    printed = capsys.readouterr()
+    assert (
+        "kept 137" in printed.err and "| all | both | 97 | 20 | 20 | 137 |" in printed.out
+    )  # steps on stderr
+
+
+@pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
+def test_build_that_keeps_nothing_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "rt.jsonl"
+    argv = ["build", "ragtruth", "--source", str(DATA / "ragtruth"), "--out", str(out), "--model", "nobody"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "kept no examples" in err and "--source" in err and not out.exists()

@@ -6,6 +6,8 @@ from flashstats_hf.attention import (
     flashstats_mask,
     register_flashstats,
 )
+from flashstats_hf.cached import CachedRecorder
+from flashstats_hf.decode_graph import GraphedDecodeStep
 from flashstats_hf.formatting import Batch, collate, format_example
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
@@ -23,7 +25,9 @@ __all__ = [
     "DEFAULT_REQUEST",
     "LOGIT_STAT_NAMES",
     "Batch",
+    "CachedRecorder",
     "ForwardStats",
+    "GraphedDecodeStep",
     "GraphedRecorder",
     "PooledStats",
     "collate",

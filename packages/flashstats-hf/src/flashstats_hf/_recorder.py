@@ -1,7 +1,7 @@
 """Per-forward recording state: what the scored layers compute and what they collected.
 
 Everything that depends on the batch (masks, lengths, gather indices, sink positions) is computed
-once per forward, on the device of the inputs, when the :class:`Plan` is built; the attention
+once per forward, on the device of the inputs, when the `Plan` is built; the attention
 function only slices, calls the kernel and gathers (no host reads inside layers).
 """
 
@@ -20,6 +20,7 @@ from flashstats_kernels import (
     response_attention,
 )
 
+from flashstats_hf._packing import Packing, packed_attention, packed_response, unpack_result
 from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
@@ -59,6 +60,8 @@ class Plan:
     aligned: bool = False
     """True when answer slot ``a`` is response row ``a`` and every slot is real (one unpadded example):
     the row statistics are then used as the kernels return them, without a gather per field."""
+    packing: Packing | None = None
+    """The documents of a packed forward (one sequence of ``length`` tokens, no padding), or None."""
 
 
 @dataclass
@@ -96,7 +99,8 @@ class Recorder:
     def matches(self, query: torch.Tensor, key: torch.Tensor) -> bool:
         """Whether a layer call covers the recorded input (self-attention over all ``L`` positions)."""
         length = self.plan.length
-        return query.shape[0] == self.plan.row_index.shape[0] and query.shape[2] == length == key.shape[2]
+        batch = 1 if self.plan.packing is not None else self.plan.row_index.shape[0]
+        return query.shape[0] == batch and query.shape[2] == length == key.shape[2]
 
     def cannot_score(self, query: torch.Tensor, key: torch.Tensor, exotic: bool) -> str | None:
         """Why this layer call cannot be scored, or None when it can."""
@@ -138,6 +142,10 @@ class Recorder:
         The plain path is SDPA, or the Base kernel for soft-capped and windowed layers.
         """
         plan = self.plan
+        if plan.packing is not None:
+            return self._score_packed(
+                layer_idx, query, key, value, scale=scale, softcap=softcap, window=window
+            )
         n_prompt = plan.length - plan.rows
         qp, kp, vp = query[:, :, :n_prompt], key[:, :, :n_prompt], value[:, :, :n_prompt]
         if kernel_can_run(qp, kp, softcap, window, 0.0):
@@ -162,6 +170,24 @@ class Recorder:
         )
         self.results[layer_idx] = self._answer_aligned(result)
         return torch.cat([out_prompt, result.out], dim=2)
+
+    def _score_packed(self, layer_idx, query, key, value, *, scale, softcap, window) -> torch.Tensor:
+        """Packed split: prompt rows within documents, every answer row in one call; ``[1, Hq, T, D]``."""
+        plan = self.plan
+        options = {"scale": scale, "softcap": softcap, "window": window, "backend": plan.backend}
+        out = packed_attention(plan.packing, query, key, value, prompt_only=True, **options)
+        result = packed_response(plan.packing, query, key, value, request=plan.request, **options)
+        out.index_copy_(0, plan.packing.answer_index, result.out)
+        self.results[layer_idx] = LayerStats(*unpack_result(plan.packing, result, plan.answer_mask))
+        return out[None].transpose(1, 2)
+
+    def plain_packed(self, query, key, value, *, scale, softcap, window) -> torch.Tensor:
+        """Unscored attention of a packed forward, within documents: ``[1, Hq, T, D]``."""
+        out = packed_attention(
+            self.plan.packing, query, key, value, scale=scale, softcap=softcap, window=window,
+            backend=self.plan.backend, prompt_only=False,
+        )  # fmt: skip
+        return out[None].transpose(1, 2)
 
     def _answer_aligned(self, result: AttentionResult) -> LayerStats:
         """Moves row statistics from the response-row axis to the answer axis (zero past each answer)."""

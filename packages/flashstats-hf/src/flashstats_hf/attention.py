@@ -6,10 +6,11 @@ hands padding over as a ``[B, L]`` keep mask (plain causal or sliding-window cau
 falls back to a dense 4-D boolean mask for any other pattern (bidirectional, chunked, packed or
 user-extended masks, cached decoding); layers that receive a dense mask are never scored.
 
-Outside :func:`flashstats_hf.record_forward` the attention is plain causal attention: PyTorch SDPA,
+Outside [`flashstats_hf.record_forward`][] the attention is plain causal attention: PyTorch SDPA,
 or, for soft-capped and sliding-window layers, the flashstats Base kernel (Triton on CUDA, chunked
 PyTorch on CPU; no score matrix or dense mask is ever built). Inside it, the scored layers split their
-rows: prompt rows on that same plain path, response rows on :func:`flashstats_kernels.response_attention`.
+rows: prompt rows on that same plain path, response rows on
+[`flashstats_kernels.response_attention`][].
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ FlashAttention variant (``is_flash_attention_requested``) and tries to load it a
 def register_flashstats() -> str:
     """Register the ``"attnstats"`` attention and mask functions with Transformers (idempotent).
 
-    Importing :mod:`flashstats_hf` already calls this; afterwards
+    Importing [`flashstats_hf`][] already calls this; afterwards
     ``AutoModelForCausalLM.from_pretrained(..., attn_implementation="attnstats")`` and
     ``model.set_attn_implementation("attnstats")`` work.
 
@@ -131,8 +132,8 @@ def flashstats_attention_forward(
         query: [B, Hq, Lq, D]. Queries (rotary embeddings applied).
         key: [B, Hkv, L, D]. Keys.
         value: [B, Hkv, L, D]. Values.
-        attention_mask: what :func:`flashstats_mask` returned: [B, L] bool keep mask, None, or a
-            dense [B, 1, Lq, L] mask for patterns we do not score.
+        attention_mask: what [`flashstats_mask`][flashstats_hf.flashstats_mask] returned: [B, L] bool keep
+            mask, None, or a dense [B, 1, Lq, L] mask for patterns we do not score.
         dropout: attention dropout probability.
         scaling: score scale (default ``D ** -0.5``).
         sliding_window: the layer's sliding window, or None.
@@ -155,6 +156,29 @@ def flashstats_attention_forward(
     layer_idx = getattr(module, "layer_idx", None)
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
+    cached = getattr(recorder, "cached", False)  # a CachedRecorder (generation, streamed chunks)
+    if cached and recorder.wants(layer_idx):
+        if kwargs.get("position_bias") is not None or not causal:
+            raise ValueError(
+                f"flashstats: layer {layer_idx} is non-causal or has a position bias; CachedRecorder scores "
+                "causal self-attention only (leave the layer out with layers=...)"
+            )
+        out = recorder.score_cached(layer_idx, query, key, value, scale=scale, softcap=softcap, window=window)
+        return out.transpose(1, 2).contiguous(), None
+    # documents packed on one axis
+    if recorder is not None and not cached and recorder.plan.packing is not None:
+        reason = recorder.cannot_score(query, key, exotic)
+        if reason is not None:
+            raise ValueError(
+                f"flashstats: layer {layer_idx} cannot run on a packed batch ({reason}); call "
+                "record_forward(..., pack=False)"
+            )
+        options = {"scale": scale, "softcap": softcap, "window": window}
+        if recorder.wants(layer_idx):
+            out = recorder.score_layer(layer_idx, query, key, value, **options)
+        else:
+            out = recorder.plain_packed(query, key, value, **options)
+        return out.transpose(1, 2).contiguous(), None
     if recorder is not None and recorder.wants(layer_idx):
         reason = recorder.cannot_score(query, key, exotic)
         if reason is None:

@@ -25,7 +25,7 @@ def format_example(
     The chat template renders the user turn with the generation prompt (thinking off, via
     ``enable_thinking=False``, where the template has the switch) followed by the answer; the
     sequence ends with the answer's last token (no end-of-turn token), so the answer is the last
-    ``len(ids) - response_start`` tokens, as :func:`flashstats_hf.record_forward` expects.
+    ``len(ids) - response_start`` tokens, as [`flashstats_hf.record_forward`][] expects.
 
     Args:
         tokenizer: a Transformers tokenizer with a chat template.
@@ -80,7 +80,7 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 @dataclass
 class Batch:
-    """Left-padded teacher-forced inputs, ready for :func:`flashstats_hf.record_forward`."""
+    """Left-padded teacher-forced inputs, ready for [`flashstats_hf.record_forward`][]."""
 
     input_ids: torch.Tensor
     """``[B, L] int64``: token ids, padding on the left."""
@@ -95,7 +95,9 @@ class Batch:
 
 
 def collate(examples: Sequence[tuple[Sequence[int], int]], pad_token_id: int = 0) -> Batch:
-    """Left-pads ``(input_ids, response_start)`` pairs (as :func:`format_example` returns) into a batch.
+    """Left-pad ``(input_ids, response_start)`` pairs into a batch.
+
+    The pairs are what [`format_example`][flashstats_hf.format_example] returns.
 
     Args:
         examples: pairs of token ids and the index of the first answer token.

@@ -1,14 +1,14 @@
 """CUDA-graph-captured recorded forwards: a fixed host cost per forward and no host reads inside it.
 
-:class:`GraphedRecorder` captures, once per *shape bucket*, the decoder forward with the
-``"attnstats"`` attention scoring every chosen layer, plus the stacking of the statistics (and, in
-pooled mode, their reduction on the GPU inside each layer). A later call in the same bucket copies the
-token ids (and, with buckets, the example's length and answer length) into the graph's static inputs
-and replays it: the Python of the model, of the attention interface and of the kernels' launchers
-does not run again, so the host cost no longer grows with the number of layers.
+[`GraphedRecorder`][flashstats_hf.GraphedRecorder] captures, once per *shape bucket*, the decoder forward with
+the ``"attnstats"`` attention scoring every chosen layer, plus the stacking of the statistics (and, in pooled
+mode, their reduction on the GPU inside each layer). A later call in the same bucket copies the token ids
+(and, with buckets, the example's length and answer length) into the graph's static inputs and replays it: the
+Python of the model, of the attention interface and of the kernels' launchers does not run again, so the host
+cost no longer grows with the number of layers.
 
 Buckets: without ``buckets`` each exact ``(L, R)`` is its own graph (the unpadded fast path of
-:func:`flashstats_hf.record_forward`). With ``buckets=(length_step, rows_step)`` an example is
+[`flashstats_hf.record_forward`][]). With ``buckets=(length_step, rows_step)`` an example is
 left-padded to ``L_b`` (a multiple of ``length_step``) with ``R_b`` response rows (a multiple of
 ``rows_step``); masks, position ids, the first answer row, sink positions and the answer gather
 indices are computed inside the graph from the two lengths, so one graph serves every example of
@@ -22,16 +22,15 @@ kernels read (token ids, gather indices, sink positions) lives as long as its gr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
-from transformers import masking_utils
 
+from flashstats_hf._packing import unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES
@@ -45,28 +44,6 @@ from flashstats_hf.record import (
 )
 from flashstats_hf.types import ForwardStats
 
-
-@contextlib.contextmanager
-def unpacked_positions() -> Iterator[None]:
-    """Tells Transformers' mask builder, while a forward is captured, that the input is not a packed batch.
-
-    Without an attention mask, Transformers checks the position ids for packed sequences, which needs a
-    host read; while a CUDA graph is being captured it skips the read and assumes packing, then builds a
-    dense packed-sequence mask. The attention cannot score layers under such a mask, and the plain rows
-    fall to a slow masked SDPA path. Our captures are batch 1 with default position ids (``0 .. L - 1``),
-    never packed, so inside this context the check answers "not packed" without looking.
-    """
-    fn = getattr(masking_utils, "find_packed_sequence_indices", None)
-    if fn is None:  # a Transformers version without the check: nothing to do
-        yield
-        return
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = fn
-
-
 POOL_NAMES = ("mean", "std", "min", "max")
 """Order of the last axis of pooled statistics."""
 
@@ -76,7 +53,7 @@ class PooledStats:
     """Statistics of one forward pooled over the answer tokens (rows, lookups) or keys (columns).
 
     Shapes: ``NL`` scored layers, ``Hq`` query heads, ``S`` sinks; the last axis follows
-    :data:`POOL_NAMES`. Memory does not depend on the number of answer tokens.
+    `POOL_NAMES`. Memory does not depend on the number of answer tokens.
     """
 
     layers: tuple[int, ...]
@@ -227,9 +204,9 @@ def recorded_forward(
     Args:
         model: the causal LM (its body runs; its LM head only for ``logits``).
         ids: [1, L] int64 token ids.
-        plan: the recording plan of this shape (:func:`shape_plan` or :func:`bucket_plan`).
+        plan: the recording plan of this shape (`shape_plan` or `bucket_plan`).
         layers: scored layer indices, in output order.
-        pooled: reduce every statistic to :data:`POOL_NAMES` inside each layer.
+        pooled: reduce every statistic to `POOL_NAMES` inside each layer.
         position_ids: [1, L] int64 (bucketed plans), or None for ``0 .. L - 1``.
         logits: compute the seven logit statistics on every answer slot.
         hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
@@ -284,17 +261,18 @@ class GraphedRecorder:
     Args:
         model: a Transformers causal LM on a CUDA device, in eval mode, with
             ``attn_implementation="attnstats"``.
-        request: statistic families (default: :data:`flashstats_hf.DEFAULT_REQUEST`); sink
+        request: statistic families (default: [`flashstats_hf.DEFAULT_REQUEST`][]); sink
             positions count from the example's first token.
         layers: decoder layers to score (None: all).
-        pooled: reduce every statistic on the GPU inside each layer (:class:`PooledStats`) instead of
-            returning per-token statistics (:class:`flashstats_hf.ForwardStats`).
+        pooled: reduce every statistic on the GPU inside each layer
+            ([`PooledStats`][flashstats_hf.PooledStats]) instead of returning per-token statistics
+            ([`flashstats_hf.ForwardStats`][]).
         max_graphs: captured buckets kept (least recently used ones are dropped with their memory).
         buckets: ``(length_step, rows_step)`` to share one graph between examples whose lengths round
             up to the same multiples, or None for one graph per exact ``(L, R)``.
         logits: also compute the seven logit statistics (per-token mode only).
         hidden_layers: hidden states to keep at the answer tokens, indexed as in
-            :func:`flashstats_hf.record_forward` (per-token mode only).
+            [`flashstats_hf.record_forward`][] (per-token mode only).
 
     Raises:
         ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``,
@@ -396,10 +374,11 @@ class GraphedRecorder:
             response_start: index of the first answer token, in ``[1, L - 1]``.
 
         Returns:
-            :class:`flashstats_hf.ForwardStats` (per-token statistics, shapes as from
-            :func:`flashstats_hf.record_forward` on this example alone, with the same ``logits`` and
+            [`flashstats_hf.ForwardStats`][] (per-token statistics, shapes as from
+            [`flashstats_hf.record_forward`][] on this example alone, with the same ``logits`` and
             ``hidden_layers``) or
-            :class:`PooledStats`. The tensors are copies: later calls do not overwrite them.
+            [`PooledStats`][flashstats_hf.PooledStats]. The tensors are copies: later calls do not overwrite
+            them.
         """
         check_graph_input(input_ids)
         length = input_ids.shape[1]

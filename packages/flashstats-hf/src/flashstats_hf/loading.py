@@ -50,7 +50,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
 
     Args:
         gguf_path: path of a ``.gguf`` file.
-        cache_dir: cache folder (see :func:`cache_root`).
+        cache_dir: cache folder (see `cache_root`).
 
     Returns:
         Path of a folder that ``from_pretrained`` loads.
@@ -100,7 +100,7 @@ def load_model(
             to a ``.gguf`` file (dequantised once and cached); or a local folder or hub id.
         device: device to move the model to (None: CPU).
         dtype: parameter dtype.
-        cache_dir: cache folder for dequantised GGUF models (see :func:`cache_root`).
+        cache_dir: cache folder for dequantised GGUF models (see `cache_root`).
 
     Returns:
         ``(model, tokenizer)``.

@@ -1,7 +1,8 @@
 """Seven per-token statistics of the next-token distribution at the positions that predict answer tokens.
 
 Let ``q_t`` be the model's next-token distribution at the position that predicts answer token
-``y_t`` and ``q_t^(r)`` its ``r``-th largest probability. In the order of :data:`LOGIT_STAT_NAMES`:
+``y_t`` and ``q_t^(r)`` its ``r``-th largest probability. In the order of
+[`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES]:
 
 - ``answer_logprob``: ``log q_t(y_t)``, the teacher-forced log-likelihood of the answer token
   (higher: the model finds the token more plausible).
@@ -39,7 +40,7 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         targets: [N] int64. The token that follows each position (the answer token).
 
     Returns:
-        ``[N, 7] float32``, columns in the order of :data:`LOGIT_STAT_NAMES`.
+        ``[N, 7] float32``, columns in the order of [`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES].
 
     Shape:
         - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 7]``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
 
+from flashstats_hf._packing import Packing, build_packing, unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
@@ -171,7 +173,7 @@ class _HiddenCapture:
 
     def _keep(self, index: int, hidden: torch.Tensor) -> None:
         pos = self.batch.answer_pos[..., None].expand(-1, -1, hidden.shape[-1])  # [B, A, Dm]
-        got = hidden.gather(1, pos).float()
+        got = hidden.expand(pos.shape[0], -1, -1).gather(1, pos).float()  # packed: hidden is [1, T, Dm]
         self.states[index] = torch.where(self.batch.answer_mask[..., None], got, 0.0)
 
     def __enter__(self) -> _HiddenCapture:
@@ -238,9 +240,10 @@ def _logit_block(
     model: torch.nn.Module, last: torch.Tensor, input_ids: torch.Tensor, batch: _Batch
 ) -> torch.Tensor:
     """``[B, A, 7] float32`` statistics of the next-token distributions that predict answer tokens."""
+    b = batch.answer_pos.shape[0]
     pos = (batch.answer_pos - 1)[..., None].expand(-1, -1, last.shape[-1])
-    hidden = last.gather(1, pos)[batch.answer_mask]  # [N, Dm]
-    targets = input_ids.gather(1, batch.answer_pos)[batch.answer_mask].long()  # [N]
+    hidden = last.expand(b, -1, -1).gather(1, pos)[batch.answer_mask]  # [N, Dm] (packed: last is [1, T, Dm])
+    targets = input_ids.expand(b, -1).gather(1, batch.answer_pos)[batch.answer_mask].long()  # [N]
     out = torch.zeros(*batch.answer_mask.shape, len(LOGIT_STAT_NAMES), device=last.device)
     out[batch.answer_mask] = _logit_rows(model, hidden, targets)
     return out
@@ -253,7 +256,7 @@ def _logit_block_static(
     answer_pos: torch.Tensor,
     answer_mask: torch.Tensor,
 ) -> torch.Tensor:
-    """:func:`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
+    """`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
 
     Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, 7] float32``.
     """
@@ -263,6 +266,49 @@ def _logit_block_static(
     targets = input_ids.gather(1, answer_pos).reshape(-1).long()  # [B*A]
     out = _logit_rows(model, hidden, targets).reshape(b, a, len(LOGIT_STAT_NAMES))
     return torch.where(answer_mask[..., None], out, 0.0)
+
+
+def _packs(pack: object, model: torch.nn.Module, batch: _Batch) -> bool:
+    """Whether to pack: as asked, or (None) for batches of several examples of a causal model."""
+    if pack is None:
+        return batch.key_mask.shape[0] > 1 and getattr(model.config, "is_causal", True) is not False
+    if not isinstance(pack, bool):
+        raise TypeError(f"pack must be None, True or False, got {pack!r}")
+    return pack
+
+
+def _padded_plan(input_ids, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
+    """The plan of a left-padded forward (the aligned fast path for one unpadded example)."""
+    single = input_ids.shape[0] == 1 and not batch.padded
+    return Plan(
+        layers=frozenset(scored),
+        request=request,
+        length=input_ids.shape[1],
+        rows=batch.rows,
+        key_mask=batch.key_mask if batch.padded else None,
+        prompt_len=int(batch.response_start[0]) if single else batch.response_start,
+        row_index=batch.row_index,
+        answer_mask=batch.answer_mask,
+        backend=backend,
+        aligned=single,
+    )
+
+
+def _packed_plan(packing: Packing, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
+    """The plan of a packed forward: sink positions move from padded to per-document positions."""
+    sinks = request.sink_positions - packing.n_pad
+    return Plan(
+        layers=frozenset(scored),
+        request=dataclasses.replace(request, sink_positions=sinks),
+        length=packing.input_ids.shape[1],
+        rows=batch.rows,
+        key_mask=None,
+        prompt_len=packing.prompt_len,
+        row_index=batch.row_index,
+        answer_mask=batch.answer_mask,
+        backend=backend,
+        packing=packing,
+    )
 
 
 def record_forward(
@@ -276,14 +322,15 @@ def record_forward(
     logits: bool = True,
     hidden_layers: int | Sequence[int] | None = None,
     backend: str = "auto",
+    pack: bool | None = None,
 ) -> ForwardStats:
     """Runs one teacher-forced forward and returns the statistics of the answer tokens.
 
-    The model must use the ``"attnstats"`` attention implementation (:func:`flashstats_hf.load_model`
+    The model must use the ``"attnstats"`` attention implementation ([`flashstats_hf.load_model`][]
     sets it; otherwise ``from_pretrained(..., attn_implementation="attnstats")`` or
     ``model.set_attn_implementation("attnstats")``) and be in eval mode. On each scored layer, prompt
     rows run on PyTorch SDPA and the last ``R`` rows (``R`` = longest answer) on
-    :func:`flashstats_kernels.response_attention`; other layers run plain SDPA. Layers that cannot be
+    [`flashstats_kernels.response_attention`][]; other layers run plain SDPA. Layers that cannot be
     scored (non-causal, cross-attention, custom mask patterns) run unscored with a warning and are
     left out of ``ForwardStats.layers``. The LM head is applied only at the positions that predict
     answer tokens.
@@ -298,14 +345,19 @@ def record_forward(
             first real token; a ``[B, S]`` tensor gives padded positions.
         layers: indices of the decoder layers to score (negative ones count from the end); None
             scores every layer.
-        logits: whether to compute the seven logit statistics (:data:`flashstats_hf.LOGIT_STAT_NAMES`).
+        logits: whether to compute the seven logit statistics ([`flashstats_hf.LOGIT_STAT_NAMES`][]).
         hidden_layers: hidden states to keep at answer tokens, indexed like Transformers'
             ``output_hidden_states``: 0 = embeddings, ``i`` = output of decoder layer ``i - 1``, the last
             index (``num_layers``) after the final norm; negative indices count from the end. None keeps none.
         backend: kernel backend: ``"auto"`` (Triton on CUDA, PyTorch on CPU), ``"torch"`` or ``"triton"``.
+        pack: run the batch as one packed sequence of its examples (no padding, no attention mask;
+            every layer attends within examples: the Base kernel on CUDA, SDPA example by example on
+            the CPU), or as the left-padded batch. None packs batches of more than one example of a
+            causal model. The statistics are the same either way; packing saves the padded work and
+            the ``[B, 1, L, L]`` masks of a padded batch.
 
     Returns:
-        ForwardStats with answer-aligned statistics (see :class:`flashstats_hf.ForwardStats`), on the
+        ForwardStats with answer-aligned statistics (see [`flashstats_hf.ForwardStats`][]), on the
         model's device (inputs are moved there).
 
     Shape:
@@ -332,29 +384,23 @@ def record_forward(
         if hidden_layers is None
         else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
     )
-    single = input_ids.shape[0] == 1 and not batch.padded
-    plan = Plan(
-        layers=frozenset(scored),
-        request=_resolve_request(request, batch),
-        length=input_ids.shape[1],
-        rows=batch.rows,
-        key_mask=batch.key_mask if batch.padded else None,
-        prompt_len=int(batch.response_start[0]) if single else batch.response_start,
-        row_index=batch.row_index,
-        answer_mask=batch.answer_mask,
-        backend=backend,
-        aligned=single,
-    )
-    position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
+    resolved = _resolve_request(request, batch)
+    if _packs(pack, model, batch):
+        packing = build_packing(input_ids, batch.key_mask, batch.prompt_len, batch.answer_len)
+        plan = _packed_plan(packing, scored, resolved, batch, backend)
+        ids, seen = packing.input_ids, dataclasses.replace(batch, answer_pos=packing.answer_pos)
+        inputs = {"input_ids": ids, "attention_mask": None, "position_ids": packing.position_ids}
+    else:
+        plan = _padded_plan(input_ids, scored, resolved, batch, backend)
+        ids, seen = input_ids, batch
+        position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
+        inputs = {"input_ids": ids, "attention_mask": batch.key_mask if batch.padded else None}
+        inputs["position_ids"] = position_ids
     recorder = Recorder(plan)
-    with torch.no_grad(), recorder, _HiddenCapture(decoder_layers, kept, batch) as capture:
-        out = body(
-            input_ids=input_ids,
-            attention_mask=batch.key_mask if batch.padded else None,
-            position_ids=position_ids,
-            use_cache=False,
-        )
-        logit_stats = _logit_block(model, out[0], input_ids, batch) if logits else None
+    packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
+    with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
+        out = body(**inputs, use_cache=False)
+        logit_stats = _logit_block(model, out[0], ids, seen) if logits else None
         if len(decoder_layers) in kept:
             capture._keep(len(decoder_layers), out[0])
     done = tuple(i for i in scored if i in recorder.results)

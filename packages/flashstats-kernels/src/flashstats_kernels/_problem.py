@@ -1,6 +1,6 @@
 """Input validation and normalisation shared by every backend.
 
-:func:`check_problem` turns the user's arguments into a :class:`Problem`: validated shapes, a resolved
+`check_problem` turns the user's arguments into a `Problem`: validated shapes, a resolved
 ``scale``, and ``prompt_len`` as a ``[B]`` int64 tensor on the inputs' device. Nothing here reads a
 CUDA tensor back to the host.
 """
@@ -39,6 +39,31 @@ class Problem:
     def group(self) -> int:
         """Query heads per KV head."""
         return self.q_heads // self.kv_heads
+
+
+@dataclass(frozen=True)
+class Varlen:
+    """Where each sequence of a packed (varlen) call lives on the token axes of q and k.
+
+    Sequence ``b`` owns query rows ``[q0, q0 + R_b)`` and keys ``[k0, k0 + L_b)``; its rows are the last
+    ``R_b`` of its ``L_b`` positions, as in a dense call.
+    """
+
+    table: torch.Tensor
+    """``[N, 4] int64`` rows ``(q0, R_b, k0, L_b)``, contiguous, on the inputs' device."""
+    max_rows: int
+    """An upper bound of ``R_b`` (``max_seqlen_q``)."""
+    max_keys: int
+    """An upper bound of ``L_b`` (``max_seqlen_k``)."""
+    full_rows: bool
+    """Whether the sequences cover every query row (no ``seqused_q``)."""
+    full_keys: bool
+    """Whether the sequences cover every key (no ``seqused_k``)."""
+
+    @property
+    def batch(self) -> int:
+        """Number of sequences ``N``."""
+        return self.table.shape[0]
 
 
 def _check_tensor(name: str, x: object, ndim: int, layout: str) -> torch.Tensor:
@@ -191,7 +216,7 @@ def check_problem(
     softcap: object,
     window: object,
 ) -> Problem:
-    """Validates every argument of a call and normalises the options (see :class:`Problem`)."""
+    """Validates every argument of a call and normalises the options (see `Problem`)."""
     b, hq, hkv, r, seq, d = check_qk(q, k, v)
     device = q.device  # type: ignore[union-attr]
     scale_f, softcap_f, window_i = check_options(scale, softcap, window, d)

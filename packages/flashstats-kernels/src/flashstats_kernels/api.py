@@ -119,17 +119,20 @@ def response_attention(
 
     The ``R`` query rows are the last ``R`` positions of a sequence of ``L`` tokens: row ``i``
     (0-based) sits at position ``p_i = L - R + i``, so the causal mask is aligned to the bottom-right
-    corner of the ``R x L`` response block. With ``L = 6``, ``R = 3`` (``x`` = visible)::
+    corner of the ``R x L`` response block. With ``L = 6``, ``R = 3`` (``x`` = visible):
 
-        key j:         0 1 2 3 4 5
-        row 0 (p = 3)  x x x x . .
-        row 1 (p = 4)  x x x x x .
-        row 2 (p = 5)  x x x x x x
+    ```text
+    key j:         0 1 2 3 4 5
+    row 0 (p = 3)  x x x x . .
+    row 1 (p = 4)  x x x x x .
+    row 2 (p = 5)  x x x x x x
+    ```
 
     A key is visible iff it is at or before the row's position, ``key_mask`` marks it real and (with a
     window ``w``) ``p_i - w < j``. The definitions of every statistic are in the statistics reference
-    of the docs; T2 and T3 read the LSE that the forward writes, as :func:`response_lookups` and
-    :func:`response_columns` do after any forward.
+    of the docs; T2 and T3 read the LSE that the forward writes, as
+    [`response_lookups`][flashstats_kernels.response_lookups] and
+    [`response_columns`][flashstats_kernels.response_columns] do after any forward.
 
     Args:
         q: [B, Hq, R, D] bf16/fp16/fp32 (fp8-e5m2 on Triton; fp64 on torch). queries of the response
@@ -198,7 +201,8 @@ def response_lookups(
 
     Each lookup re-evaluates one score and reads its weight as ``exp(s - lse)``; positions are runtime
     arguments, so any sink positions work without recompiling. Alignment and masking are those of
-    :func:`response_attention`, whose arguments of the same name this takes.
+    [`response_attention`][flashstats_kernels.response_attention], whose arguments of the same name this
+    takes.
 
     Args:
         q: [B, Hq, R, D]. queries of the response rows.

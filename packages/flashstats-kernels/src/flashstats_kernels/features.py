@@ -3,8 +3,9 @@
 The kernels return per-row and per-column statistics; the features that published detectors read
 are cheap functions of them plus key counts that follow from the mask alone:
 
-- :func:`lookback_ratio` (Lookback Lens) from T1 ``prompt_mass``;
-- :func:`bos_sink_rate` from a T2 sink weight, or :func:`topk_sink_rate` from the T3 column means.
+- [`lookback_ratio`][flashstats_kernels.lookback_ratio] (Lookback Lens) from T1 ``prompt_mass``;
+- [`bos_sink_rate`][flashstats_kernels.bos_sink_rate] from a T2 sink weight, or
+  [`topk_sink_rate`][flashstats_kernels.topk_sink_rate] from the T3 column means.
 
 Sign conventions: a higher lookback ratio means more attention per prompt key relative to response
 keys; a higher sink rate means more attention parked on one key.
@@ -54,7 +55,7 @@ def visible_key_counts(
     """How many prompt keys and how many response keys each response row sees.
 
     Computed from prefix sums of ``key_mask`` in ``O(B * L)``, with the alignment of
-    :func:`flashstats_kernels.response_attention` (row ``i`` at ``p_i = L - R + i``).
+    [`flashstats_kernels.response_attention`][] (row ``i`` at ``p_i = L - R + i``).
 
     Args:
         rows: R, the number of response rows.
@@ -103,13 +104,13 @@ def lookback_ratio(
 
     Lookback Lens compares the mean weight per prompt key with the mean weight per response key:
     with ``pm_i`` the prompt mass, ``n_P`` and ``n_R`` the visible prompt and response keys of row
-    ``i`` (:func:`visible_key_counts`), ``A_P = pm_i / n_P`` and ``A_R = (1 - pm_i) / n_R``, and
-    ``LR_i = A_P / (A_P + A_R)``. The row's weights sum to one, so the response mass is ``1 - pm_i``;
-    its own position counts as a response key. Edge cases: ``n_P = 0`` gives 0, ``n_R = 0`` gives 1,
-    and a row that sees no key gives 0. Higher means more attention per prompt key.
+    ``i`` ([`visible_key_counts`][flashstats_kernels.visible_key_counts]), ``A_P = pm_i / n_P`` and
+    ``A_R = (1 - pm_i) / n_R``, and ``LR_i = A_P / (A_P + A_R)``. The row's weights sum to one, so the
+    response mass is ``1 - pm_i``; its own position counts as a response key. Edge cases: ``n_P = 0`` gives 0,
+    ``n_R = 0`` gives 1, and a row that sees no key gives 0. Higher means more attention per prompt key.
 
     Args:
-        prompt_mass: [B, H, R] float. ``rows.prompt_mass`` of :func:`flashstats_kernels.response_attention`.
+        prompt_mass: [B, H, R] float. ``rows.prompt_mass`` of [`flashstats_kernels.response_attention`][].
         key_mask: [B, L] bool or None. the mask of the same call.
         prompt_len: int, [B] integer tensor or None. the prompt length of the same call.
         window: the window of the same call.
@@ -141,7 +142,7 @@ def topk_sink_rate(column_mean: torch.Tensor, k: int = 1) -> torch.Tensor:
     """Top-k sink rate of each head: the mean of its ``k`` largest column means ``c̄_j`` (T3).
 
     Args:
-        column_mean: [B, H, L] float. ``columns.mean`` of :func:`flashstats_kernels.response_attention`.
+        column_mean: [B, H, L] float. ``columns.mean`` of [`flashstats_kernels.response_attention`][].
         k: how many keys, ``1 <= k <= L`` (1 by default, as in the paper).
 
     Returns:

@@ -25,9 +25,9 @@ def naive_response_attention(
     softcap: float | None = None,
     window: int | None = None,
 ) -> AttentionResult:
-    """fp64 reference of :func:`flashstats_kernels.response_attention`; materialises the response block.
+    """fp64 reference of [`flashstats_kernels.response_attention`][]; materialises the response block.
 
-    Arguments and validation are those of :func:`flashstats_kernels.response_attention`; every
+    Arguments and validation are those of [`flashstats_kernels.response_attention`][]; every
     returned tensor (``out`` too) is float64. Memory is ``O(B * Hq * R * L)``: small inputs only.
 
     Args:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flashstats_kernels.types import RowStats
+from flashstats_kernels.types import ColumnStats, RowStats
 
 
 @dataclass
@@ -108,4 +108,33 @@ def finalize_state(state: RowState) -> tuple[torch.Tensor, RowStats]:
     return lse, stats
 
 
-__all__ = ["RowState", "finalize_state", "merge_states", "row_state"]
+@dataclass
+class ColumnState:
+    """Running T3 state of a decoding stream: column sums and row counts over the rows seen so far.
+
+    A row's weights are final once the row is computed, so the column statistics of a stream are sums
+    over its rows, accumulated step by step ([`flashstats_kernels.decode_attention`][] adds each
+    step's rows in place). ``L`` is the cache capacity; keys not yet written hold 0.
+    """
+
+    sum: torch.Tensor
+    """``[B, Hq, L] float32``: ``sum_i p_ij`` over the counted rows seen so far."""
+    count: torch.Tensor
+    """``[B, L] float32``: number of counted rows seen so far that see key ``j`` (the same for every head)."""
+
+    @classmethod
+    def zeros(cls, batch: int, heads: int, keys: int, device: torch.device | str) -> ColumnState:
+        """An empty state for ``batch`` examples, ``heads`` query heads and ``keys`` cache slots."""
+        return cls(
+            sum=torch.zeros(batch, heads, keys, dtype=torch.float32, device=device),
+            count=torch.zeros(batch, keys, dtype=torch.float32, device=device),
+        )
+
+    def stats(self) -> ColumnStats:
+        """Column sums and means (``sum / count``, 0 where no counted row saw the key): ``[B, Hq, L]``."""
+        seen = self.count[:, None, :] > 0
+        mean = torch.where(seen, self.sum / self.count.clamp(min=1.0)[:, None, :], 0.0)
+        return ColumnStats(sum=self.sum.clone(), mean=mean)
+
+
+__all__ = ["ColumnState", "RowState", "finalize_state", "merge_states", "row_state"]

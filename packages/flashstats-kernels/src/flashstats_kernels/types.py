@@ -71,12 +71,15 @@ class ColumnStats:
 
 @dataclass
 class AttentionResult:
-    """What :func:`flashstats_kernels.response_attention` returns."""
+    """What [`flashstats_kernels.response_attention`][] returns."""
 
     out: torch.Tensor
     """``[B, Hq, R, D]`` in the dtype of ``q``: the attention output of the response rows."""
     lse: torch.Tensor
     """``[B, Hq, R] float32``: natural-log log-sum-exp of each row's scaled (soft-capped) scores."""
     rows: RowStats | None = None
+    """T1 row statistics, ``[B, Hq, R] float32`` each, when ``request.rows`` (else None)."""
     lookups: LookupStats | None = None
+    """T2 lookups from the stored LSE when ``request.lookups`` (else None)."""
     columns: ColumnStats | None = None
+    """T3 column sums and means, ``[B, Hq, L] float32``, when ``request.columns`` (else None)."""

@@ -1,8 +1,8 @@
 """Feature blocks A7, A64, H64 and L9 (paper Section 5.2), fitted on training records only.
 
-Every block maps a list of :class:`~halluprobe.records.ExampleRecord` to a ``[n, d]`` float64
+Every block maps a list of [`ExampleRecord`][halluprobe.ExampleRecord] to a ``[n, d]`` float64
 matrix. Fitted state is plain numpy arrays plus a JSON-able config, so a trained detector saves
-without pickle (:meth:`Block.state` / :func:`block_from_state`).
+without pickle (`Block.state` / `block_from_state`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class A7Block(Block):
     """Selected statistics of the top-K induction heads, each averaged across the heads.
 
     Config: ``heads`` (flat indices into the ``NL * H`` scored heads), ``features`` (names from
-    :data:`A7_CANDIDATES`).
+    `A7_CANDIDATES`).
     """
 
     name = "A7"
@@ -216,7 +216,7 @@ _BLOCKS = {c.name: c for c in (A7Block, A64Block, H64Block, L9Block)}
 
 
 def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Block:
-    """Rebuild a fitted block from :meth:`Block.state` output (no code is run from the file)."""
+    """Rebuild a fitted block from `Block.state` output (no code is run from the file)."""
     config = dict(config)
     name = config.pop("name", None)
     if name not in _BLOCKS:

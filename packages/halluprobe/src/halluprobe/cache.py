@@ -1,11 +1,13 @@
-"""A resumable cache of :class:`~halluprobe.records.ExampleRecord` shards (safetensors + JSON index).
+"""A resumable cache of [`ExampleRecord`][halluprobe.ExampleRecord] shards (safetensors + JSON index).
 
-Layout of a cache folder::
+Layout of a cache folder:
 
-    index.json            # format version, the extraction settings, and the list of shards
-    shard-00000.safetensors
-    shard-00001.safetensors
-    ...
+```text
+index.json            # format version, the extraction settings, and the list of shards
+shard-00000.safetensors
+shard-00001.safetensors
+...
+```
 
 Every file is written to a temporary name in the same folder and renamed into place, so a run killed
 at any moment leaves either the old or the new version of each file. A shard becomes part of the

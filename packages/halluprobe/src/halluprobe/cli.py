@@ -1,6 +1,6 @@
 """``halluprobe``: extract features, train and evaluate detectors, score one answer.
 
-The parser is built by :func:`build_parser` without importing torch, Transformers or scikit-learn,
+The parser is built by `build_parser` without importing torch, Transformers or scikit-learn,
 so ``halluprobe --help`` is fast; every command imports what it needs inside its function.
 """
 
@@ -11,11 +11,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from halubench_data import clikit
+
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
 CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
 """halubench-data claim-level sets, built by ``build_claims(name, path)``."""
+DEFAULT_TOKEN_BUDGET = 16384
+"""Tokens per proxy forward (``--token-budget``): batches are packed up to it."""
 DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
@@ -37,9 +41,14 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
     )
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    clikit.add_device_arg(p)
     p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
-    p.add_argument("--batch-size", type=int, default=8, help="examples per proxy forward (default: 8)")
+    p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
+    p.add_argument(
+        "--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET,
+        help="most tokens per proxy forward: examples sorted by length are packed up to it (a longer "
+        f"example runs alone; default {DEFAULT_TOKEN_BUDGET})",
+    )  # fmt: skip
     p.add_argument(
         "--graphs", action="store_true",
         help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 answer "
@@ -49,9 +58,10 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``halluprobe`` argument parser (no heavy imports)."""
-    parser = argparse.ArgumentParser(
-        prog="halluprobe",
-        description="Hallucination detectors on proxy-model attention statistics, hidden states and logits.",
+    parser = clikit.make_parser(
+        "halluprobe",
+        "Hallucination detectors on proxy-model attention statistics, hidden states and logits.",
+        dist="halluprobe",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("extract", help="run the proxy over a dataset and cache per-example records")
@@ -85,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", required=True)
     p.add_argument("--question", default="")
     p.add_argument("--answer", required=True)
-    p.add_argument("--device", default=None)
+    clikit.add_device_arg(p)
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
     return parser
 
@@ -162,12 +172,6 @@ def _subsample(part, limit: int) -> list:
     return sorted(out, key=pool.index)
 
 
-def _device(name: str | None) -> str:
-    import torch
-
-    return name or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _setup(args):
     """Dataset, extractor and cache of a run."""
     from flashstats_hf import load_model
@@ -175,9 +179,11 @@ def _setup(args):
     from halluprobe.cache import FeatureCache
     from halluprobe.extract import ProxyExtractor
 
+    device = clikit.resolve_device(args.device)
     ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
-    print(f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test")
-    device = _device(args.device)
+    clikit.status(
+        f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test"
+    )
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     model, tok = load_model(args.proxy, device=device)
@@ -190,12 +196,19 @@ def _setup(args):
     return ds, ext, cache
 
 
-def _extract_split(ds, ext, cache, split: str, batch_size: int):
+def _extract_split(ds, ext, cache, split: str, args):
     from halluprobe.extract import extract_records
 
     part = ds.split(split)
     return extract_records(
-        part.examples, ext, cache, batch_size=batch_size, length=ext.length, progress=True, desc=split
+        part.examples,
+        ext,
+        cache,
+        batch_size=args.batch_size,
+        token_budget=args.token_budget,
+        length=ext.length,
+        progress=not clikit.is_quiet(),
+        desc=split,
     )
 
 
@@ -203,8 +216,8 @@ def cmd_extract(args) -> int:
     """``halluprobe extract``."""
     ds, ext, cache = _setup(args)
     for split in ("train", "validation", "test"):
-        _extract_split(ds, ext, cache, split, args.batch_size)
-    print(f"{len(cache)} records in {cache.root}")
+        _extract_split(ds, ext, cache, split, args)
+    clikit.status(f"{len(cache)} records in {cache.root}")
     return 0
 
 
@@ -213,7 +226,7 @@ def cmd_train(args) -> int:
     from halluprobe.training import run_training
 
     ds, ext, cache = _setup(args)
-    records = {s: _extract_split(ds, ext, cache, s, args.batch_size) for s in ("train", "validation", "test")}
+    records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
     sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     table = run_training(
         ds,
@@ -239,12 +252,19 @@ def cmd_evaluate(args) -> int:
     from halluprobe.detector import Detector
     from halluprobe.extract import extract_records
 
+    device = clikit.resolve_device(args.device)
     det = Detector.load(args.detector)
-    ext = det.extractor(_device(args.device))
+    ext = det.extractor(device)
     part = load_dataset(args.dataset, parse_limit(args.limit, args.dataset)).split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
-        part.examples, ext, cache, batch_size=args.batch_size, length=ext.length, progress=True
+        part.examples,
+        ext,
+        cache,
+        batch_size=args.batch_size,
+        token_budget=args.token_budget,
+        length=ext.length,
+        progress=not clikit.is_quiet(),
     )
     scores = det.fit.predict_proba(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
@@ -256,8 +276,9 @@ def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label and optionally per-token scores of one answer."""
     from halluprobe.detector import Detector
 
+    device = clikit.resolve_device(args.device)
     det = Detector.load(args.detector)
-    pred = det.predict(args.context, args.question, args.answer, device=_device(args.device))
+    pred = det.predict(args.context, args.question, args.answer, device=device)
     verdict = "hallucinated" if pred.label else "supported"
     print(f"p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
     if args.tokens:
@@ -270,13 +291,8 @@ COMMANDS = {"extract": cmd_extract, "train": cmd_train, "evaluate": cmd_evaluate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``halluprobe`` command."""
-    args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"halluprobe {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
+    return clikit.run(build_parser(), COMMANDS, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

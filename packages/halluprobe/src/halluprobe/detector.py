@@ -7,8 +7,8 @@ On disk a detector is a folder with two files:
 - ``detector.safetensors``: every fitted array (block scalers, PCA components, RFE selection,
   final scaler, logistic weights).
 
-:meth:`Detector.load` parses JSON and safetensors only, so loading never runs code from the files,
-and it rejects another format version or a tensor file whose hash does not match.
+[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code from
+the files, and it rejects another format version or a tensor file whose hash does not match.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
 FORMAT_VERSION = 1
-"""Version of the saved-detector format; :meth:`Detector.load` accepts only this version."""
+"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 
 
 @dataclass
 class Prediction:
-    """What :meth:`Detector.predict` returns for one (context, question, answer) triple."""
+    """What [`Detector.predict`][halluprobe.Detector.predict] returns for one (context, question, answer)."""
 
     probability: float
     """Probability that the answer is hallucinated (higher = more likely hallucinated)."""
@@ -64,8 +64,8 @@ class Detector:
     """A fitted feature-set probe bound to its proxy and extraction settings.
 
     Args:
-        fit: The fitted probe (:func:`halluprobe.protocol.fit_blocks`).
-        proxy: Proxy id for :func:`flashstats_hf.load_model` (``None``: the default SmolLM2).
+        fit: The fitted probe ([`halluprobe.protocol.fit_blocks`][halluprobe.fit_blocks]).
+        proxy: Proxy id for [`flashstats_hf.load_model`][] (``None``: the default SmolLM2).
         layers: Scored layers (``None``: all).
         hidden_layers: Kept hidden layers (as in the extraction).
     """
@@ -124,7 +124,7 @@ class Detector:
 
     @classmethod
     def load(cls, path: str | Path) -> Detector:
-        """Read a detector saved by :meth:`save`.
+        """Read a detector saved by [`save`][halluprobe.Detector.save].
 
         Raises:
             FileNotFoundError: A file is missing.
@@ -177,7 +177,11 @@ class Detector:
         return self._extractor
 
     def predict(self, context: str, question: str, answer: str, *, device: str | None = None) -> Prediction:
-        """Score one triple with the proxy; see :class:`Prediction` (higher = more likely hallucinated)."""
+        """Score one triple with the proxy (higher = more likely hallucinated).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction].
+        """
         from halluprobe.records import reduce_forward, token_records
 
         ext = self.extractor(device)

@@ -1,6 +1,6 @@
 """Published attention detectors as scikit-learn estimators on response-row statistics.
 
-Every detector's :meth:`raw_score` is the detector's statistic, where **higher means more likely
+Every detector's `raw_score` is the detector's statistic, where **higher means more likely
 hallucinated**. ``decision_function`` is ``raw_score - threshold_`` (same ranking, positive means
 hallucinated, the scikit-learn convention) and ``predict`` returns the larger class label
 (``classes_[1]``, i.e. 1 = hallucinated) where it is positive. ``threshold_`` is chosen by F1 on the
@@ -9,7 +9,7 @@ data given to ``fit`` (ties toward the higher threshold), except for the logisti
 protocol picks its own F1 threshold on validation.
 Detectors that choose a setting (a layer, heads, a count) choose it by AUROC on the data given to
 ``fit``; the protocol passes the validation split. The ``*_matrix`` helpers build each detector's
-input from :class:`~halluprobe.records.ExampleRecord` lists. See ``docs/reference/detectors.md``.
+input from [`ExampleRecord`][halluprobe.ExampleRecord] lists. See ``docs/reference/detectors.md``.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class _LinearProbe(_ScoreDetector):
 class LookbackLens(_LinearProbe):
     """Lookback Lens: logistic regression on the mean lookback ratio of every head.
 
-    Input: :func:`lookback_matrix` ``[n, NL * H]``. Supervised; ``C`` is a constructor argument (the
+    Input: `lookback_matrix` ``[n, NL * H]``. Supervised; ``C`` is a constructor argument (the
     protocol chooses it on validation). Higher score means more likely hallucinated.
     """
 
@@ -121,7 +121,7 @@ class LookbackLens(_LinearProbe):
 class SinkProbe(_LinearProbe):
     """SinkProbe: logistic regression on the ``k`` largest sink values ``c̄_j`` of every head.
 
-    Input: :func:`sink_matrix` ``[n, NL * H * k]``. Supervised. Higher score means more likely
+    Input: `sink_matrix` ``[n, NL * H * k]``. Supervised. Higher score means more likely
     hallucinated.
     """
 
@@ -129,7 +129,7 @@ class SinkProbe(_LinearProbe):
 class LLMCheckAttention(_ScoreDetector):
     """LLM-Check attention score: the mean ``log p_ii`` of one layer, layer chosen by AUROC.
 
-    Input: :func:`logdiag_matrix` ``[n, NL]`` (per layer, mean over heads and answer tokens).
+    Input: `logdiag_matrix` ``[n, NL]`` (per layer, mean over heads and answer tokens).
     ``fit`` chooses the layer and, with ``direction="auto"``, the sign, by AUROC on its data (the
     validation split). Higher score means more likely hallucinated.
 
@@ -159,7 +159,7 @@ class LLMCheckAttention(_ScoreDetector):
 class INTRYGUE(_ScoreDetector):
     """INTRYGUE: mean next-token entropy gated by the top-1 sink rate of the top-K induction heads.
 
-    Input: :func:`intrygue_matrix` ``[n, 1 + NL * H]``: column 0 the answer's mean next-token
+    Input: `intrygue_matrix` ``[n, 1 + NL * H]``: column 0 the answer's mean next-token
     entropy, then the top-1 sink rate of every head. Score = entropy * mean sink rate of the K heads
     ranked first in ``head_order``; ``K`` in ``ks`` is chosen by AUROC on the data given to ``fit``.
     Higher score means more likely hallucinated (uncertain, and the induction heads idle on a sink
@@ -201,7 +201,7 @@ class INTRYGUE(_ScoreDetector):
 class TOHA(_ScoreDetector):
     """TOHA: the mean MTopDiv of the selected heads (response-to-prompt topological divergence).
 
-    Input: :func:`toha_matrix` ``[n, NL * H]`` (from :func:`mtopdiv` of each head's dense response
+    Input: `toha_matrix` ``[n, NL * H]`` (from [`mtopdiv`][halluprobe.mtopdiv] of each head's dense response
     block). ``fit`` ranks heads by their own AUROC and keeps the first ``m`` in ``1..max_heads`` whose
     mean has the best AUROC on the data given to ``fit``. Higher score (the answer is far from the
     prompt in the attention graph) means more likely hallucinated.
@@ -253,7 +253,7 @@ class RAUQ(BaseEstimator):
 
 
 def rauq_score(token_prev: np.ndarray, token_prob: np.ndarray, alpha: float) -> float:
-    """RAUQ score of one answer (see :class:`RAUQ`); ``token_prev [NL, H, A]``, ``token_prob [A]``."""
+    """[`RAUQ`][halluprobe.RAUQ] score of one answer; ``token_prev [NL, H, A]``, ``token_prob [A]``."""
     prev = np.asarray(token_prev, dtype=np.float64)
     prob = np.clip(np.asarray(token_prob, dtype=np.float64), 1e-30, 1.0)
     if prev.ndim != 3 or prev.shape[-1] != prob.shape[0] or prob.shape[0] == 0:

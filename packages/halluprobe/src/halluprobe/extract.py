@@ -1,8 +1,8 @@
 """Feature extraction: one recorded proxy forward per example, reduced to cached records.
 
-:func:`extract_records` is the resumable loop (any ``compute`` function, batches sorted by length,
-one cache shard per batch); :class:`ProxyExtractor` is the ``compute`` function that runs
-:func:`flashstats_hf.record_forward` on a proxy model.
+[`extract_records`][halluprobe.extract_records] is the resumable loop (any ``compute`` function, batches
+sorted by length, one cache shard per batch); [`ProxyExtractor`][halluprobe.ProxyExtractor] is the ``compute``
+function that runs [`flashstats_hf.record_forward`][] on a proxy model.
 """
 
 from __future__ import annotations
@@ -17,40 +17,94 @@ from halluprobe.cache import FeatureCache
 from halluprobe.records import ExampleRecord, reduce_forward
 
 
+def plan_batches(
+    lengths: Sequence[int],
+    *,
+    batch_size: int,
+    token_budget: int | None = None,
+    window: int | None = None,
+) -> list[list[int]]:
+    """Group examples into forwards: sorted by length within windows, then cut by count and token budget.
+
+    The examples are split into consecutive windows of ``window`` (input order), each window is sorted
+    by length (ties by position), and the sorted run is cut greedily: a batch grows while it has fewer
+    than ``batch_size`` examples and its tokens (the sum of lengths: the cost of a packed forward) stay
+    within ``token_budget``. An example longer than the budget runs alone. The plan depends only on the
+    lengths, so every process of a distributed run computes the same one.
+
+    Args:
+        lengths: tokens (or any cost) of each example.
+        batch_size: most examples per batch (>= 1).
+        token_budget: most tokens per batch, or None (count only).
+        window: examples sorted together, or None (sort all).
+
+    Returns:
+        Batches of example indices; every index appears exactly once.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if token_budget is not None and token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1 or None, got {token_budget}")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 or None, got {window}")
+    n = len(lengths)
+    step = window or max(n, 1)
+    batches: list[list[int]] = []
+    for lo in range(0, n, step):
+        order = sorted(range(lo, min(lo + step, n)), key=lambda i: (lengths[i], i))
+        current: list[int] = []
+        tokens = 0
+        for i in order:
+            over = token_budget is not None and tokens + lengths[i] > token_budget
+            if current and (len(current) >= batch_size or over):
+                batches.append(current)
+                current, tokens = [], 0
+            current.append(i)
+            tokens += lengths[i]
+        if current:
+            batches.append(current)
+    return batches
+
+
 def extract_records(
     examples: Sequence[Any],
     compute: Callable[[list[Any]], list[ExampleRecord]],
     cache: FeatureCache,
     *,
     batch_size: int = 8,
+    token_budget: int | None = None,
+    window: int | None = None,
     length: Callable[[Any], int] | None = None,
     progress: bool = False,
     desc: str = "extract",
 ) -> list[ExampleRecord]:
     """Compute the records of the examples not yet cached, then return all of them in input order.
 
-    Examples are processed in batches of similar length (sorted by ``length``, default the number
-    of characters of context, question and answer); each batch becomes one cache shard written
-    atomically, so an interrupted run loses at most the batch in flight and a rerun resumes.
+    Examples are processed in batches of similar length (`plan_batches` over ``length``, default
+    the number of characters of context, question and answer); each batch becomes one cache shard
+    written atomically, so an interrupted run loses at most the batch in flight and a rerun resumes.
 
     Args:
         examples: Objects with an ``id`` (``halubench_data.Example``).
         compute: Maps a batch of examples to their records, in order.
         cache: Where records are stored and looked up.
-        batch_size: Examples per forward (>= 1).
-        length: Sort key; similar lengths share a batch to limit padding.
+        batch_size: Most examples per forward (>= 1).
+        token_budget: Most tokens (``length`` units) per forward; None: ``batch_size`` alone decides.
+        window: Examples sorted by length together (None: all of them).
+        length: Sort key and cost of an example (its tokens for a token budget).
         progress: Show a tqdm progress bar.
         desc: Label of the progress bar.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError("extract_records needs distinct example ids")
     done = cache.ids
     key = length or (lambda ex: len(ex.context) + len(ex.question) + len(ex.answer))
-    todo = sorted((ex for ex in examples if ex.id not in done), key=key)
-    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    todo = [ex for ex in examples if ex.id not in done]
+    plan = plan_batches(
+        [key(ex) for ex in todo], batch_size=batch_size, token_budget=token_budget, window=window
+    )
+    batches = [[todo[i] for i in batch] for batch in plan]
     if progress and batches:
         from tqdm.auto import tqdm
 
@@ -83,7 +137,7 @@ class ProxyExtractor:
             ``i`` = output of block ``i - 1``); ``None``: the middle layer's output.
         toha: Also compute TOHA's MTopDiv of every head from the dense response block.
         graph_buckets: ``(length_step, rows_step)`` to run each example through
-            :class:`flashstats_hf.GraphedRecorder` (one CUDA graph per shape bucket, replayed) instead of
+            [`flashstats_hf.GraphedRecorder`][] (one CUDA graph per shape bucket, replayed) instead of
             one eager batched ``record_forward``: the same records, without the eager host cost per
             forward. CUDA models only; ``None`` (default): eager batches.
     """

@@ -49,7 +49,7 @@ def rank_heads(scores: np.ndarray, layers: tuple[int, ...]) -> list[int]:
     """Flat indices into the ``len(layers) * H`` scored heads, strongest induction head first.
 
     Args:
-        scores: ``[n_layers, H]`` from :func:`induction_scores`.
+        scores: ``[n_layers, H]`` from [`induction_scores`][halluprobe.induction_scores].
         layers: The scored layers, in the order of the records' layer axis.
     """
     sub = np.asarray(scores)[list(layers)]

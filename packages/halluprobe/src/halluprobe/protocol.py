@@ -1,11 +1,11 @@
 """The paper's training protocol (Section 5.3, Appendix L.3).
 
 - Each feature set feeds a class-balanced L2 logistic regression (liblinear) on standardised
-  features; ``C`` in :data:`CS` is chosen by validation AUROC, then the threshold by validation F1.
+  features; ``C`` in `CS` is chosen by validation AUROC, then the threshold by validation F1.
 - Ties go to the smaller ``K`` and ``C`` and, for the threshold, to the higher one.
-- ``K`` (A7's number of induction heads) in :data:`KS` is chosen by the validation AUROC of A7 alone.
+- ``K`` (A7's number of induction heads) in `KS` is chosen by the validation AUROC of A7 alone.
 - ``k`` (A64's sink values per head) in ``1..10`` by grouped five-fold cross-validation on train.
-- Nothing is refit on train + validation. Metrics come from :mod:`halubench_data.metrics`.
+- Nothing is refit on train + validation. Metrics come from `halubench_data.metrics`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compact per-example records reduced from one batch's :class:`~flashstats_hf.types.ForwardStats`.
+"""Compact per-example records reduced from one batch's [`ForwardStats`][flashstats_hf.ForwardStats].
 
 A record keeps what every feature block and detector of this package reads, pooled over the answer
 tokens (mean, standard deviation, minimum, maximum), plus the few per-token series that the
@@ -27,7 +27,7 @@ HEAD_STATS: tuple[str, ...] = (
     "diag_log",
     "bos_sink",
 )
-"""Per-token, per-head statistics pooled into :attr:`ExampleRecord.head_stats`, in order."""
+"""Per-token, per-head statistics, in [`head_stats`][halluprobe.ExampleRecord.head_stats] order."""
 
 POOLS: tuple[str, ...] = ("mean", "std", "min", "max")
 """Poolings over answer tokens, in the order of the last axis of pooled arrays."""
@@ -87,9 +87,9 @@ def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """Lookback ratio of Lookback Lens from prompt mass, per answer token of one example.
 
-    A thin adapter of :func:`flashstats_kernels.features.lookback_ratio` to one unpadded example:
-    the mean weight per prompt key is ``m / P``, the mean weight per visible response key of answer
-    token ``a`` (0-based, its own position included) is ``(1 - m) / (a + 1)``, and the ratio is the
+    A thin adapter of [`flashstats_kernels.features.lookback_ratio`][flashstats_kernels.lookback_ratio] to one
+    unpadded example: the mean weight per prompt key is ``m / P``, the mean weight per visible response key of
+    answer token ``a`` (0-based, its own position included) is ``(1 - m) / (a + 1)``, and the ratio is the
     first over their sum.
 
     Args:
@@ -114,7 +114,7 @@ def head_series(fs, b: int, length: int) -> torch.Tensor:
     """``[NL, H, len(HEAD_STATS), A_b] float32`` (CPU) per-token head statistics of example ``b``.
 
     Args:
-        fs: A :class:`flashstats_hf.types.ForwardStats` with rows and lookups.
+        fs: A [`flashstats_hf.types.ForwardStats`][flashstats_hf.ForwardStats] with rows and lookups.
         b: Example index in the batch.
         length: Its answer length ``A_b``.
     """
@@ -153,11 +153,11 @@ def _sink_topk(fs, b: int) -> torch.Tensor:
 def reduce_forward(
     fs: ForwardStats, ids: list[str], mtopdiv: torch.Tensor | None = None
 ) -> list[ExampleRecord]:
-    """Reduce one batch's ForwardStats to one :class:`ExampleRecord` per example.
+    """Reduce one batch's ForwardStats to one [`ExampleRecord`][halluprobe.ExampleRecord] per example.
 
     Args:
-        fs: A :class:`flashstats_hf.types.ForwardStats` with rows, lookups (first sink = the first
-            real key), columns, logit statistics and hidden states.
+        fs: A [`flashstats_hf.types.ForwardStats`][flashstats_hf.ForwardStats] with rows, lookups (first sink
+            = the first real key), columns, logit statistics and hidden states.
         ids: The ``B`` example ids, in batch order.
         mtopdiv: Optional ``[B, NL, H] float32`` TOHA values of every head.
 

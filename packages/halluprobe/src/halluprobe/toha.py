@@ -2,7 +2,8 @@
 
 Only runs when TOHA is requested. Each example is run alone (no padding) through the model's eager
 attention with ``output_attentions=True``; the ``[R, L]`` response rows of every scored head are
-reduced to one MTopDiv value by :func:`halluprobe.detectors.mtopdiv` and the dense maps are dropped.
+reduced to one MTopDiv value by [`halluprobe.detectors.mtopdiv`][halluprobe.mtopdiv] and the dense maps are
+dropped.
 """
 
 from __future__ import annotations

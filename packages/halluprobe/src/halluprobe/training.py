@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data import clikit
 
 from halluprobe.blocks import parse_feature_set
 from halluprobe.cache import atomic_write_bytes
@@ -86,7 +87,7 @@ def run_training(
         labels[split], groups[split] = _split_arrays(ds, split)
     n_layers = int(ext.model.config.num_hidden_layers)
     layers = ext.layers if ext.layers is not None else tuple(range(n_layers))
-    print("ranking induction heads on the proxy")
+    clikit.status("ranking induction heads on the proxy")
     ind = induction_scores(ext.model)
     order = rank_heads(ind, layers)
     atomic_write_bytes(
@@ -102,7 +103,7 @@ def run_training(
         results[name] = evaluate(test_scores[name], labels["test"], groups["test"], fit.threshold)
         Detector(fit, proxy, ext.layers, ext.hidden_layers).save(out / "detectors" / name)
     if published:
-        print("fitting the published detectors")
+        clikit.status("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
         for name, sc in pub.items():
             thr = select_threshold(sc["validation"], labels["validation"])

@@ -6,10 +6,11 @@ The parser is built without importing scikit-learn or ``datasets``, so ``--help`
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import clikit
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -31,9 +32,10 @@ BUILDERS = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (no heavy imports)."""
-    parser = argparse.ArgumentParser(
-        prog="halubench-data",
-        description="Leakage-filtered contextual-hallucination datasets (label 1 = hallucinated).",
+    parser = clikit.make_parser(
+        "halubench-data",
+        "Leakage-filtered contextual-hallucination datasets (label 1 = hallucinated).",
+        dist="halubench-data",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
@@ -86,37 +88,53 @@ def _build(args: argparse.Namespace) -> Dataset:
     return builders.build_claims(args.name, args.source, seed=args.seed)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 bad input or refused overwrite)."""
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "build":
-            from .io import write_jsonl
+def cmd_build(args: argparse.Namespace) -> int:
+    """``halubench-data build``: the dataset to ``--out`` (atomically); refuses an empty result."""
+    from .io import write_jsonl
 
-            if args.out.exists() and not args.overwrite:
-                raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-            ds = _build(args)
-            if ds.report is not None:
-                print(ds.report.summary())
-            print(ds.stats_table())
-            write_jsonl(ds, args.out, overwrite=args.overwrite)
-            print(f"wrote {len(ds)} examples to {args.out}")
-        elif args.command == "stats":
-            from .io import read_jsonl
-
-            ds = read_jsonl(args.file)
-            print(ds.stats_table())
-        else:
-            from .baselines import text_only_baselines
-            from .io import read_jsonl
-            from .metrics import results_table
-
-            ds = read_jsonl(args.file)
-            print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        print(f"halubench-data: error: {err}", file=sys.stderr)
-        return 1
+    if args.out.exists() and not args.overwrite:
+        raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
+    if args.out.is_dir():
+        raise clikit.UsageError(f"--out {args.out} is a folder; expected a JSONL file path")
+    ds = _build(args)
+    if ds.report is not None:
+        clikit.status(ds.report.summary())
+    if len(ds) == 0:
+        raise clikit.UsageError(
+            f"--source {args.source}: the {args.name} builder kept no examples (nothing written); "
+            "check that the file has the builder's format and that --task/--model name values it holds"
+        )
+    print(ds.stats_table())
+    write_jsonl(ds, args.out, overwrite=args.overwrite)
+    print(f"wrote {len(ds)} examples to {args.out}")
     return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """``halubench-data stats``: counts per source, label and split."""
+    from .io import read_jsonl
+
+    print(read_jsonl(args.file).stats_table())
+    return 0
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    """``halubench-data baselines``: answer-only baselines on the test split."""
+    from .baselines import text_only_baselines
+    from .io import read_jsonl
+    from .metrics import results_table
+
+    ds = read_jsonl(args.file)
+    print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
+    return 0
+
+
+COMMANDS = {"build": cmd_build, "stats": cmd_stats, "baselines": cmd_baselines}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; the exit status follows `halubench_data.clikit` (0 ok, 1 failure, 2 bad input)."""
+    return clikit.run(build_parser(), COMMANDS, argv)
 
 
 if __name__ == "__main__":

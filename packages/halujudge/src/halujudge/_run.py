@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from halubench_data import Dataset, atomic_write_text, read_jsonl, results_table
+from halubench_data import Dataset, atomic_write_text, clikit, read_jsonl, results_table
 
 from halujudge.cache import ScoreCache
 from halujudge.evaluation import JudgeRun, TemplateSelection, run_evaluation, select_template
@@ -24,7 +24,7 @@ def load_dataset(spec: str, source: str | Path | None = None) -> Dataset:
     """A dataset from a halubench-data JSONL file, or built by name with halubench-data's builders.
 
     Args:
-        spec: a JSONL path, or one of :data:`NAMED` (``default`` needs no source; ``ragtruth-qa`` is
+        spec: a JSONL path, or one of `NAMED` (``default`` needs no source; ``ragtruth-qa`` is
             RAGTruth's QA task only).
         source: the builder's input file or folder (e.g. ``../shared/data/ragtruth``).
 
@@ -122,10 +122,10 @@ def evaluate_command(args: argparse.Namespace) -> str:
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")
     if cache.dropped_partial:
-        print(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
+        clikit.status(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
     scorer, method = _scorer(args)
     selection: TemplateSelection | None = None
-    progress = not args.no_progress
+    progress = not args.no_progress and not clikit.is_quiet()
     if args.judge is not None:
         if args.template == "auto":
             pool = [limit_per_split(load_dataset(s), args.limit) for s in args.select_on or []] or [dataset]

@@ -2,8 +2,9 @@
 
 Each line is one JSON object ``{"model", "method", "id", "text_hash", "score"}``. A line is written with one
 ``write`` call on a file opened for appending, then flushed and synced, so a crash can at worst leave a
-partial last line; opening the cache tolerates that line, reports it in :attr:`ScoreCache.dropped_partial`
-and cuts it off so later appends start on a fresh line. A malformed line anywhere else is an error.
+partial last line; opening the cache tolerates that line, reports it in
+[`ScoreCache.dropped_partial`][halujudge.ScoreCache.dropped_partial] and cuts it off so later appends start on
+a fresh line. A malformed line anywhere else is an error.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ class _PairScorer:
             progress: show a progress bar.
 
         Returns:
-            scores: [N] float64 in [0, 1]. Higher = more likely hallucinated.
+            ``[N] float64`` in [0, 1]; higher = more likely hallucinated.
         """
         scores = np.full(len(examples), np.nan)
         bar = tqdm(total=len(examples), desc=self.name, disable=not progress, leave=False)
@@ -126,8 +126,8 @@ class MiniCheck(_PairScorer):
     MiniCheck's own scorer and the paper (Appendix L.5): each (chunk, answer) pair gets a support
     probability, the answer keeps its highest support over chunks, and the score is one minus that (higher =
     more likely hallucinated). With ``claims="sentences"`` the answer is first split into sentences
-    (:func:`~halujudge.text.split_sentences`), each sentence keeps its highest support over chunks and the
-    answer the lowest over sentences: a stricter variant (one unsupported sentence is enough), not the
+    ([`split_sentences`][halujudge.split_sentences]), each sentence keeps its highest support over chunks and
+    the answer the lowest over sentences: a stricter variant (one unsupported sentence is enough), not the
     published one.
 
     Input conventions by ``style``:

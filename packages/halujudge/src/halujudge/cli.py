@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from halubench_data import clikit
 
 __all__ = ["build_parser", "main"]
 
@@ -13,9 +14,10 @@ TEMPLATES = ("plain", "claims", "strict", "strict_fewshot")
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``halujudge`` (cheap: imports nothing heavy)."""
-    parser = argparse.ArgumentParser(
-        prog="halujudge",
-        description="LLM-judge, MiniCheck and HHEM baselines for contextual hallucination detection.",
+    parser = clikit.make_parser(
+        "halujudge",
+        "LLM-judge, MiniCheck and HHEM baselines for contextual hallucination detection.",
+        dist="halujudge",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser(
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--limit", type=int, default=None, metavar="N", help="at most N examples per split")
     ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
-    ev.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    clikit.add_device_arg(ev)
     ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")
     ev.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return parser
@@ -70,26 +72,30 @@ def _positive(parser: argparse.ArgumentParser, name: str, value: int | None) -> 
         parser.error(f"{name} must be a positive integer, got {value}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``halujudge`` command."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _positive(parser, "--limit", args.limit)
-    _positive(parser, "--batch-size", args.batch_size)
-    _positive(parser, "--n-bootstrap", args.n_bootstrap)
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``halujudge evaluate``: check the arguments, run, print the results table on stdout."""
+    for name in ("limit", "batch_size", "n_bootstrap"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise clikit.UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     if args.checker and not args.model:
-        parser.error(f"--checker {args.checker} needs --model PATH (the downloaded checkpoint folder)")
+        raise clikit.UsageError(
+            f"--checker {args.checker} needs --model PATH (the downloaded checkpoint folder)"
+        )
     if args.checker == "hhem" and not args.foundation:
-        parser.error("--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)")
+        raise clikit.UsageError(
+            "--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)"
+        )
+    args.device = clikit.resolve_device(args.device)
     from halujudge._run import evaluate_command
 
-    try:
-        summary = evaluate_command(args)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"halujudge: error: {err}", file=sys.stderr)
-        return 2
-    print(summary)
+    print(evaluate_command(args))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``halujudge`` command (exit status as in `halubench_data.clikit`)."""
+    return clikit.run(build_parser(), {"evaluate": cmd_evaluate}, argv)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 * Threshold: the score that maximises F1 on the validation split of the evaluated dataset (ties toward the
   higher threshold, ``halubench_data.select_threshold``).
 * Test: F1, AUROC, precision and recall at that threshold with group-bootstrap intervals
-  (``halubench_data.evaluate``), the same :class:`~halubench_data.EvalResult` as halluprobe reports.
+  (``halubench_data.evaluate``), the same [`EvalResult`][halubench_data.EvalResult] as halluprobe reports.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["JudgeRun", "Scorer", "TemplateSelection", "run_evaluation", "select_
 
 
 class Scorer(Protocol):
-    """Anything that scores examples: :class:`~halujudge.LLMJudge`, :class:`~halujudge.MiniCheck`, ..."""
+    """Scores examples: [`LLMJudge`][halujudge.LLMJudge], [`MiniCheck`][halujudge.MiniCheck] and the like."""
 
     def score(
         self, examples: Sequence[Any], cache: ScoreCache | None = None, progress: bool = True

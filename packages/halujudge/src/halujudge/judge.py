@@ -75,7 +75,8 @@ def verdict_token_ids(tokenizer: Any, prompt: str) -> VerdictTokens:
 
     Args:
         tokenizer: a Transformers tokenizer.
-        prompt: a prompt rendered by :func:`apply_chat` (any example: the ending is what matters).
+        prompt: a prompt rendered by [`apply_chat`][halujudge.apply_chat] (any example: the ending is what
+            matters).
 
     Raises:
         ValueError: if both words start with the same token.
@@ -104,7 +105,7 @@ class LLMJudge:
     Args:
         model: a Transformers causal LM (``AutoModelForCausalLM``), already on its device.
         tokenizer: its tokenizer (with a chat template for instruction-tuned models).
-        template: a :class:`~halujudge.prompt.PromptTemplate` or the name of a shipped one.
+        template: a [`PromptTemplate`][halujudge.PromptTemplate] or the name of a shipped one.
         model_id: the name recorded in the score cache.
         batch_size: examples per forward.
     """
@@ -183,7 +184,7 @@ class LLMJudge:
             progress: show a progress bar.
 
         Returns:
-            scores: [N] float64. P(True) normalised over True/False; higher = more likely hallucinated.
+            ``[N] float64``: P(True) normalised over True/False; higher = more likely hallucinated.
         """
         prompts = [self.prompt(e.context, e.question, e.answer) for e in examples]
         digests = [text_hash(p) for p in prompts]

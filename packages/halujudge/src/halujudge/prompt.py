@@ -66,7 +66,8 @@ def load_template(name: str) -> PromptTemplate:
     """Load a shipped template by name.
 
     Args:
-        name: one of :func:`list_templates` (``plain``, ``claims``, ``strict``, ``strict_fewshot``).
+        name: one of [`list_templates`][halujudge.list_templates] (``plain``, ``claims``, ``strict``,
+            ``strict_fewshot``).
 
     Returns:
         The parsed template.
@@ -123,8 +124,8 @@ def render_messages(
         answer: the candidate answer to judge.
 
     Returns:
-        ``[{"role": "system", ...}, {"role": "user", ...}]``, without the system message when the template
-        has no system turn.
+        list[dict[str, str]]: ``[{"role": "system", ...}, {"role": "user", ...}]``, without the system
+            message when the template has no system turn.
 
     Raises:
         TypeError: if a text argument is not a string.

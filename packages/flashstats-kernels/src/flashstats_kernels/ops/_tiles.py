@@ -14,7 +14,7 @@ def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def tile_rows(batch: int, q_heads: int, rows: int, keys: int, tile: int | None) -> int:
-    """Rows per tile so that one ``[B, Hq, C, L]`` temporary holds about :data:`TILE_ELEMENTS` values."""
+    """Rows per tile so that one ``[B, Hq, C, L]`` temporary holds about `TILE_ELEMENTS` values."""
     if tile is not None:
         return max(1, min(rows, tile))
     return max(1, min(rows, TILE_ELEMENTS // max(1, batch * q_heads * keys)))

@@ -1,7 +1,7 @@
 """HaluBench (Ravi et al., 2024) with the paper's filtering, and the TRIVIA+ and PHANTOM loaders.
 
-TRIVIA+ and PHANTOM read their releases' own column names (:data:`TRIVIA_PLUS_FIELDS`,
-:data:`PHANTOM_FIELDS`), checked against the public dataset cards and files.
+TRIVIA+ and PHANTOM read their releases' own column names (`TRIVIA_PLUS_FIELDS`,
+`PHANTOM_FIELDS`), checked against the public dataset cards and files.
 
 HaluBench rows (the hub's shape): ``id``, ``passage``, ``question``, ``answer``, ``label``
 (``PASS`` = faithful, ``FAIL`` = hallucinated), ``source_ds`` (``halueval``, ``RAGTruth``,
@@ -238,10 +238,10 @@ def build_phantom(
     Args:
         path: a release file, or the dataset folder (a snapshot of
             ``seyled/Phantom_Hallucination_Detection``), in which case ``file`` is read from it.
-        fields: column names (:data:`PHANTOM_FIELDS`).
+        fields: column names (`PHANTOM_FIELDS`).
         seed: seed of the 70/15/15 group split.
         link: merge groups whose contexts are near-duplicates (5-gram rule).
-        file: the release file read from a folder (:func:`phantom_file`; default :data:`PHANTOM_10K_2000`).
+        file: the release file read from a folder (`phantom_file`; default `PHANTOM_10K_2000`).
 
     Groups: the hallucinated and faithful answers of one question share its context, so exact contexts
     form groups, merged across near-duplicate excerpts of the same filing when ``link``.

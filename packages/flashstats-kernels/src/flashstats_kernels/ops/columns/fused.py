@@ -16,15 +16,18 @@ import torch
 import triton
 import triton.language as tl
 
+from flashstats_kernels._problem import Varlen
 from flashstats_kernels.ops.forward.fused import (
     _TUNE_KEY,
     _configs,
     _load_tile,
     _mma_cast,
+    _packed_sequence,
     _scores_log2,
     d_class,
     interpreting,
     launch_geometry,
+    launch_sequences,
     pinned_config,
     size_class,
 )
@@ -123,7 +126,7 @@ def _col_range(
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr, SPLIT_EXP: tl.constexpr,
 ):  # fmt: skip
-    """Run :func:`_col_step` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
+    """Run `_col_step` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_m = lo
         while start_m < hi:
@@ -145,30 +148,42 @@ def _col_range(
 
 @triton.jit(do_not_specialize=["R", "L", "window", "size_class"])
 def _columns_kernel(
-    Q, K, Lse, Sum, Mean, KeyMask, PromptLen,
+    Q, K, Lse, Sum, Mean, KeyMask, PromptLen, Seq,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb,
     Hq, R, L, scale, softcap, window, size_class,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, SPLIT_EXP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, VARLEN: tl.constexpr,
+    SPLIT_EXP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // Hq
+    i_b = i_bh // Hq  # batch element (VARLEN: packed sequence)
     i_h = i_bh % Hq
+    Lse_bh = Lse + i_bh * R  # the LSE of (i_b, i_h) in [B, Hq, R]
+    o_col0 = i_bh * L  # first column of (i_b, i_h) in the [B, Hq, L] outputs
+    q0, k0, i_t = 0, 0, i_b  # first row and key of the sequence, its batch index in the tensors
+    if VARLEN:  # the tensors are [1, H, T, D], the LSE [1, Hq, TQ], the outputs [1, Hq, TK]
+        Lse_bh = Lse + i_h * R
+        o_col0 = i_h * L
+        q0, R, k0, L = _packed_sequence(Seq, i_b)
+        Lse_bh += q0
+        o_col0 += k0
+        i_t = 0
+        if i_n * BLOCK_N >= L:
+            return
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     o_d = tl.arange(0, BLOCK_D)  # [BD]
     m_n = o_n < L
     m_d = o_d < D
     EVEN_D: tl.constexpr = D == BLOCK_D
-    p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
+    p_k = K + i_t * skb + (i_h // GROUP) * skh + (k0 + o_n[:, None]) * skn + o_d[None, :] * skd
     b_k = _mma_cast(_load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
-    p_km = KeyMask + i_b * smb
+    p_km = KeyMask + i_t * smb + k0
     keep_k = m_n
     if HAS_MASK:
         keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
-    p_q0 = Q + i_b * sqb + i_h * sqh
-    Lse_bh = Lse + i_bh * R
+    p_q0 = Q + i_t * sqb + i_h * sqh + q0 * sqm
     plen = tl.load(PromptLen + i_b)
     c2 = scale * 1.4426950408889634
 
@@ -210,7 +225,7 @@ def _columns_kernel(
         # rows i that count and see key j: L - max(j, prompt_len, L - R) of them (every row sees a key)
         b_cnt = tl.maximum(L - tl.maximum(tl.maximum(o_n, plen), L - R), 0)
         b_cnt = tl.where(m_n, b_cnt, 0).to(tl.float32)
-    o_col = i_bh * L + o_n  # [BN] offsets into [B, Hq, L]
+    o_col = o_col0 + o_n  # [BN] offsets into [B, Hq, L]
     tl.store(Sum + o_col, b_sum, mask=m_n)
     b_mean = b_sum / tl.maximum(b_cnt, 1.0)
     tl.store(Mean + o_col, tl.where(b_cnt > 0, b_mean, 0.0), mask=m_n)
@@ -259,6 +274,7 @@ def columns_triton(
     scale: float,
     softcap: float | None,
     window: int | None,
+    varlen: Varlen | None = None,
 ) -> ColumnStats:
     """T3 column sums and means over the counted response rows, re-scored from Q, K and a stored LSE.
 
@@ -271,26 +287,32 @@ def columns_triton(
         scale: score scale.
         softcap: ``c`` of ``c * tanh(s / c)``, or None.
         window: sliding window, or None.
+        varlen: packed sequences (``B = 1``, ``prompt_len`` per sequence), or None. Keys that no
+            sequence covers get 0.
 
     Returns:
-        :class:`ColumnStats`: sum and mean, [B, Hq, L] float32 each; bitwise deterministic.
+        [`ColumnStats`][flashstats_kernels.ColumnStats]: sum and mean, [B, Hq, L] float32 each; bitwise
+        deterministic.
 
     Shape:
         q: [B, Hq, R, D]; k: [B, Hkv, L, D]; lse: [B, Hq, R]; sum, mean: [B, Hq, L].
     """
     g = launch_geometry(q, k, key_mask, softcap, window)
-    col_sum = torch.empty(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
-    col_mean = torch.empty(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
-    if col_sum.numel() > 0:
+    new = torch.zeros if varlen is not None and not varlen.full_keys else torch.empty
+    col_sum = new(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
+    col_mean = new(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
+    seq, n_seq, extent = launch_sequences(g, varlen, key_major=True)
+    if col_sum.numel() > 0 and n_seq > 0:
         cfg = columns_config(q.dtype, g.block_d)
         kernel = _columns_kernel if cfg is not None else _tuned_columns(d_class(g.block_d))
-        grid = lambda meta: (triton.cdiv(g.L, meta["BLOCK_N"]), g.B * g.Hq)  # noqa: E731
+        grid = lambda meta: (triton.cdiv(extent, meta["BLOCK_N"]), n_seq * g.Hq)  # noqa: E731
         kernel[grid](
-            q, k, lse.contiguous(), col_sum, col_mean, g.key_mask, prompt_len.contiguous(),
+            q, k, lse.contiguous(), col_sum, col_mean, g.key_mask, prompt_len.contiguous(), seq,
             *q.stride(), *k.stride(), g.mask_stride,
             g.Hq, g.R, g.L, float(scale), g.softcap, g.window, size_class(g.B * g.Hq * g.L),
             D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            MMA=g.mma, WHILE=interpreting(), SPLIT_EXP=split_exp(), BLOCK_D=g.block_d, **(cfg or {}),
+            MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, SPLIT_EXP=split_exp(),
+            BLOCK_D=g.block_d, **(cfg or {}),
         )  # fmt: skip
     return ColumnStats(sum=col_sum, mean=col_mean)
 

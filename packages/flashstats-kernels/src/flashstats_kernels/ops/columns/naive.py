@@ -14,7 +14,7 @@ def naive_counted_rows(
     """Rows that count in the column reductions.
 
     Args:
-        visible: [B, 1, R, L] bool. the visibility of :func:`naive_visibility`.
+        visible: [B, 1, R, L] bool. the visibility of `naive_visibility`.
         key_mask: [B, L] bool or None.
         prompt_len: [B] int64.
 
@@ -51,7 +51,7 @@ def naive_columns(
     softcap: float | None,
     window: int | None,
 ) -> ColumnStats:
-    """fp64 T3 column sums and means (arguments as in :func:`naive_forward`).
+    """fp64 T3 column sums and means (arguments as in `naive_forward`).
 
     Returns:
         ColumnStats of float64 ``[B, Hq, L]`` tensors.

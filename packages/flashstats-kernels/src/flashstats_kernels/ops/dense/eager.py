@@ -1,8 +1,9 @@
 """T4 dense: the materialised response block, in eager PyTorch.
 
 What needs the whole map (attention maps of chosen heads, row top-k mass, graph features) reads it here.
-:func:`dense_statistics` is also the baseline "dense pipeline" that ``output_attentions`` detectors pay for:
-an fp32 softmax cast to ``prob_dtype``, then every statistic by reductions over the rounded weights.
+[`dense_statistics`][flashstats_kernels.dense_statistics] is also the baseline "dense pipeline" that
+``output_attentions`` detectors pay for: an fp32 softmax cast to ``prob_dtype``, then every statistic by
+reductions over the rounded weights.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def dense_response_block(
 ) -> torch.Tensor:
     """Materialises the attention weights of the response rows for a chosen set of query heads (T4).
 
-    Alignment and masking are those of :func:`flashstats_kernels.response_attention` (bottom-right
+    Alignment and masking are those of [`flashstats_kernels.response_attention`][] (bottom-right
     causal mask, ``key_mask``, ``window``, ``softcap``). Memory is ``B * H' * R * L`` float32 values.
 
     Args:
@@ -100,7 +101,8 @@ def row_topk_mass(probs: torch.Tensor, k: int) -> torch.Tensor:
     """Total weight of the ``k`` largest weights of each row (T4: needs ``O(k)`` state per row).
 
     Args:
-        probs: [B, H, R, L] float. weights from :func:`dense_response_block`.
+        probs: [B, H, R, L] float. weights from
+            [`dense_response_block`][flashstats_kernels.dense_response_block].
         k: number of weights per row, ``1 <= k``; ``k > L`` sums the whole row.
 
     Returns:
@@ -168,7 +170,7 @@ def dense_statistics(
 
     This is the path of detectors that read ``output_attentions``: an fp32 softmax over the response
     block cast to ``prob_dtype`` (bf16 by default), then every statistic by reductions over the rounded
-    weights in that dtype. Same arguments and result as :func:`flashstats_kernels.response_attention`;
+    weights in that dtype. Same arguments and result as [`flashstats_kernels.response_attention`][];
     ``out`` is the rounded weights times V, ``lse`` the fp32 log-sum-exp. Memory is ``O(B * Hq * R * L)``.
 
     Args:
@@ -187,7 +189,7 @@ def dense_statistics(
         AttentionResult with float32 statistics (``out`` in q's dtype).
 
     Shape:
-        As :func:`flashstats_kernels.response_attention`.
+        As [`flashstats_kernels.response_attention`][].
     """
     problem = check_problem(
         q, k, v, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window

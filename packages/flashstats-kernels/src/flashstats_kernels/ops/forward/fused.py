@@ -13,7 +13,7 @@ non-negative terms and never cancels), ``q2 = sum 2^(2 (s - m))`` (``sum p^2 = q
 ``alpha = 2^(m - m')``: ``a <- alpha (a + l (m - m'))``, ``l <- alpha l``, ``q2 <- alpha^2 q2``,
 ``pm <- alpha pm``, before the tile's own terms are added.
 
-The helpers at the top (:func:`_scores_log2`, :func:`_mma_cast` and the launcher helpers) are shared
+The helpers at the top (`_scores_log2`, `_mma_cast` and the launcher helpers) are shared
 by the T2 and T3 kernels of ``ops.lookups.fused`` and ``ops.columns.fused``.
 """
 
@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from flashstats_kernels._problem import Varlen
 from flashstats_kernels.types import RowStats
 
 _MMA_NATIVE, _MMA_FP16, _MMA_FP32 = 0, 1, 2
@@ -140,7 +141,7 @@ def _fwd_range(
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Run :func:`_fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
+    """Run `_fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_n = lo
         while start_n < hi:
@@ -186,30 +187,50 @@ def _fwd_inner(
     return st
 
 
+@triton.jit
+def _packed_sequence(Seq, i_b):
+    """``(q0, R_b, k0, L_b)`` of packed sequence ``i_b``: rows ``[q0, q0 + R_b)``, keys ``[k0, k0 + L_b)``.
+
+    ``Seq`` is the ``[N, 4] int64`` table of a packed (varlen) launch; its tensors hold every sequence
+    on the token axis of batch 0.
+    """
+    p_s = Seq + i_b * 4
+    return tl.load(p_s), tl.load(p_s + 1).to(tl.int32), tl.load(p_s + 2), tl.load(p_s + 3).to(tl.int32)
+
+
 @triton.jit(do_not_specialize=["R", "L", "window", "stat_stride", "size_class"])
 def _fwd_kernel(
-    Q, K, V, Out, Lse, Stats, KeyMask, PromptLen,
+    Q, K, V, Out, Lse, Stats, KeyMask, PromptLen, Seq,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod, smb,
     Hq, R, L, scale, softcap, window, stat_stride, size_class,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_m = tl.program_id(0)
     i_bh = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // Hq
+    i_b = i_bh // Hq  # batch element (VARLEN: packed sequence)
     i_h = i_bh % Hq
+    o_row0 = i_bh * R  # first row of (i_b, i_h) in the [B, Hq, R] statistics
+    q0, k0, i_t = 0, 0, i_b  # first row and key of the sequence, its batch index in the tensors
+    if VARLEN:  # the tensors are [1, H, T, D] and the statistics [1, Hq, TQ] (R = TQ, L = TK)
+        o_row0 = i_h * R
+        q0, R, k0, L = _packed_sequence(Seq, i_b)
+        o_row0 += q0
+        i_t = 0
+        if i_m * BLOCK_M >= R:
+            return
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     o_d = tl.arange(0, BLOCK_D)  # [BD]
     m_m = o_m < R
     m_d = o_d < D
     EVEN_D: tl.constexpr = D == BLOCK_D
-    pos_q = L - R + o_m  # [BM] absolute positions of the rows
-    p_q = Q + i_b * sqb + i_h * sqh + o_m[:, None] * sqm + o_d[None, :] * sqd
+    pos_q = L - R + o_m  # [BM] positions of the rows in their sequence
+    p_q = Q + i_t * sqb + i_h * sqh + (q0 + o_m[:, None]) * sqm + o_d[None, :] * sqd
     b_q = _mma_cast(_load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
-    p_k0 = K + i_b * skb + (i_h // GROUP) * skh
-    p_v0 = V + i_b * svb + (i_h // GROUP) * svh
-    p_km = KeyMask + i_b * smb
+    p_k0 = K + i_t * skb + (i_h // GROUP) * skh + k0 * skn
+    p_v0 = V + i_t * svb + (i_h // GROUP) * svh + k0 * svn
+    p_km = KeyMask + i_t * smb + k0
     plen = tl.load(PromptLen + i_b)
     c2 = scale * 1.4426950408889634  # scale in log2 units
 
@@ -255,9 +276,9 @@ def _fwd_kernel(
     has = b_l > 0.0  # the row sees at least one key
     b_ls = tl.where(has, b_l, 1.0)
     b_o = b_acc / b_ls[:, None]  # [BM, BD]
-    p_o = Out + i_b * sob + i_h * soh + o_m[:, None] * som + o_d[None, :] * sod
+    p_o = Out + i_t * sob + i_h * soh + (q0 + o_m[:, None]) * som + o_d[None, :] * sod
     tl.store(p_o, b_o.to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
-    o_row = i_bh * R + o_m  # [BM] offsets into [B, Hq, R]
+    o_row = o_row0 + o_m  # [BM] offsets into [B, Hq, R]
     b_lse = tl.where(has, (b_mx + tl.log2(b_ls)) * 0.6931471805599453, float("-inf"))
     tl.store(Lse + o_row, b_lse, mask=m_m)
     if ROWS:
@@ -367,7 +388,7 @@ _FORWARD_TABLES = {
     128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
     256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
 }
-_TUNE_KEY = ["BLOCK_D", "size_class", "HAS_MASK", "HAS_SOFTCAP", "HAS_WINDOW", "MMA"]
+_TUNE_KEY = ["BLOCK_D", "size_class", "HAS_MASK", "HAS_SOFTCAP", "HAS_WINDOW", "MMA", "VARLEN"]
 
 
 @functools.cache
@@ -386,7 +407,7 @@ def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
     """Fixed tile sizes of the forward, or None when the kernel is autotuned (CUDA, 16-bit inputs).
 
     The interpreter runs one small config; fp32 and fp8-e5m2 inputs (fp32 or fp16 dot operands) run a
-    fixed config; bf16 and fp16 are autotuned over :data:`_FORWARD_TABLES` once per key (head-dim
+    fixed config; bf16 and fp16 are autotuned over `_FORWARD_TABLES` once per key (head-dim
     class, statistic and mask flags, coarse size).
     """
     if interpreting():
@@ -413,6 +434,36 @@ def pinned_config(table: tuple[tuple[int, int, int, int], ...]) -> dict[str, int
     return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
 
 
+def launch_sequences(
+    g: LaunchGeometry, varlen: Varlen | None, *, key_major: bool = False
+) -> tuple[torch.Tensor, int, int]:
+    """``(Seq table, sequences, extent of the first grid axis)`` of a launch.
+
+    A dense launch runs ``B`` sequences of ``R`` rows (``L`` keys for the key-major kernel); a packed
+    one runs the table's sequences, its first grid axis sized for the longest.
+    """
+    if varlen is None:
+        return g.key_mask, g.B, (g.L if key_major else g.R)
+    return varlen.table, varlen.batch, (varlen.max_keys if key_major else varlen.max_rows)
+
+
+def row_buffers(
+    q: torch.Tensor,
+    g: LaunchGeometry,
+    varlen: Varlen | None,
+    lead: tuple[int, ...] = (),
+    trailing: tuple[int, ...] = (),
+) -> tuple[torch.Tensor, bool]:
+    """An empty ``[*lead, B, Hq, R, *trailing]`` float32 buffer, and whether uncovered rows exist.
+
+    Rows of a packed launch that no sequence covers (``seqused_q``) read as rows that see no key: the
+    buffer starts at zero for them (the caller fills an LSE with ``-inf``).
+    """
+    gaps = varlen is not None and not varlen.full_rows
+    new = torch.zeros if gaps else torch.empty
+    return new(*lead, g.B, g.Hq, g.R, *trailing, dtype=torch.float32, device=q.device), gaps
+
+
 def forward_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -424,6 +475,7 @@ def forward_triton(
     softcap: float | None,
     window: int | None,
     rows: bool,
+    varlen: Varlen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, RowStats | None]:
     """Response-stage attention forward with optional fused T1 row statistics.
 
@@ -432,34 +484,45 @@ def forward_triton(
         k: [B, Hkv, L, D] same dtype. Keys; ``Hq % Hkv == 0``; any strides.
         v: [B, Hkv, L, D] same dtype. Values; any strides.
         key_mask: [B, L] bool or None. True marks a real key.
-        prompt_len: [B] int64 on the device of ``q``. Keys ``j < prompt_len[b]`` are prompt keys.
+        prompt_len: [B] int64 on the device of ``q`` (``[N]`` when packed). Keys ``j < prompt_len[b]``
+            are prompt keys.
         scale: score scale (``1/sqrt(D)`` for standard attention).
         softcap: ``c`` of ``c * tanh(s / c)``, or None.
         window: sliding window ``w`` (key ``j`` visible from position ``p`` iff ``p - w < j``), or None.
         rows: whether to compute the T1 row statistics.
+        varlen: packed sequences (``B = 1``: q is ``[1, Hq, TQ, D]``, k and v ``[1, Hkv, TK, D]``, and
+            sequence ``b`` owns the rows and keys its table entry names), or None.
 
     Returns:
         ``(out, lse, row_stats)``: out [B, Hq, R, D] in q's dtype; lse [B, Hq, R] float32 natural log
-        (``-inf`` on rows that see no key); :class:`RowStats` of [B, Hq, R] float32 tensors, or None when
-        ``rows`` is False.
+        (``-inf`` on rows that see no key); [`RowStats`][flashstats_kernels.RowStats] of [B, Hq, R] float32
+        tensors, or None when ``rows`` is False. A packed launch returns ``out`` with ``[TQ, Hq, D]`` storage.
 
     Shape:
         q: [B, Hq, R, D]; k, v: [B, Hkv, L, D]; out: [B, Hq, R, D]; lse: [B, Hq, R].
     """
     g = launch_geometry(q, k, key_mask, softcap, window)
-    out = torch.empty(g.B, g.Hq, g.R, g.D, dtype=q.dtype, device=q.device)
-    lse = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=q.device)
-    stats = torch.empty(5 if rows else 1, g.B, g.Hq, g.R, dtype=torch.float32, device=q.device)
-    if out.numel() > 0:
+    lse, gaps = row_buffers(q, g, varlen)
+    stats, _ = row_buffers(q, g, varlen, lead=(5 if rows else 1,))
+    if varlen is None:
+        out = torch.empty(g.B, g.Hq, g.R, g.D, dtype=q.dtype, device=q.device)
+    else:  # token-major, as FlashAttention's varlen functions return it
+        new = torch.zeros if gaps else torch.empty
+        out = new(g.R, g.Hq, g.D, dtype=q.dtype, device=q.device).permute(1, 0, 2)[None]
+        if gaps:
+            lse.fill_(float("-inf"))
+    seq, n_seq, extent = launch_sequences(g, varlen)
+    if out.numel() > 0 and n_seq > 0:
         cfg = forward_config(q.dtype, g.block_d)
         kernel = _fwd_kernel if cfg is not None else _tuned_forward(d_class(g.block_d))
-        grid = lambda meta: (triton.cdiv(g.R, meta["BLOCK_M"]), g.B * g.Hq)  # noqa: E731
+        grid = lambda meta: (triton.cdiv(extent, meta["BLOCK_M"]), n_seq * g.Hq)  # noqa: E731
         kernel[grid](
-            q, k, v, out, lse, stats, g.key_mask, prompt_len.contiguous(),
+            q, k, v, out, lse, stats, g.key_mask, prompt_len.contiguous(), seq,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), g.mask_stride,
-            g.Hq, g.R, g.L, float(scale), g.softcap, g.window, g.B * g.Hq * g.R, size_class(g.B * g.Hq * g.R),
+            g.Hq, g.R, g.L, float(scale), g.softcap, g.window, stats.stride(0), size_class(g.B * g.Hq * g.R),
             D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            ROWS=rows, MMA=g.mma, WHILE=interpreting(), BLOCK_D=g.block_d, **(cfg or {}),
+            ROWS=rows, MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, BLOCK_D=g.block_d,
+            **(cfg or {}),
         )  # fmt: skip
     if not rows:
         return out, lse, None

@@ -1,6 +1,6 @@
 """Readable fp64 reference of the T2 lookups: log-diagonal, previous-token weight, sink weights.
 
-It reads the lookups off the materialised probabilities of :func:`naive_probabilities`.
+It reads the lookups off the materialised probabilities of `naive_probabilities`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def naive_lookups(
     sink_positions: torch.Tensor,
     diag_eps: float,
 ) -> LookupStats:
-    """fp64 T2 lookups of the response rows (arguments as in :func:`naive_forward`).
+    """fp64 T2 lookups of the response rows (arguments as in `naive_forward`).
 
     Args:
         q: [B, Hq, R, D]. queries.

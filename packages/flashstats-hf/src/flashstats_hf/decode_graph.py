@@ -1,0 +1,122 @@
+"""One decode step on a static cache, captured in a CUDA graph and replayed per token.
+
+[`GraphedDecodeStep`][flashstats_hf.GraphedDecodeStep] runs ``model(next_token)`` against a
+`transformers.StaticCache`, with or without an active [`flashstats_hf.CachedRecorder`][]. The first calls run
+eagerly (they are real steps: autotuning, compilation, lazy allocation), then one is captured and every later
+call copies the token into the graph's static input and replays it. Everything a step reads that changes from
+step to step lives on the device: the cache length (the cache's own counter), the position ids (computed in
+the graph from it), the recorder's token count and answer slots. The host only counts.
+
+Scope: batch of left-padded examples whose prompts end together; caches whose layers are all
+full-attention ``StaticLayer`` (a sliding-window static layer keeps a host counter and changes code
+path when it fills, so it cannot be replayed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from flashstats_hf.cached import CachedRecorder
+
+if TYPE_CHECKING:
+    from transformers import StaticCache
+
+WARMUP_STEPS = 2
+"""Eager steps before the capture (autotuning and first-call allocations happen outside the graph)."""
+
+
+class GraphedDecodeStep:
+    """Captured single-token decode steps of ``model`` on a static ``cache``.
+
+    Args:
+        model: the causal LM, on a CUDA device, in eval mode.
+        cache: a ``transformers.StaticCache`` that already holds the prompt (after the prefill).
+        key_mask: [B, P] bool/int. Real tokens of the prompt (left padding = 0); later tokens are real.
+        recorder: the active CachedRecorder that scores the steps, or None for plain decoding.
+        capture: capture and replay (CUDA only); False runs every step eagerly through the same code
+            (what the CPU tests check, and a reference for the captured steps).
+
+    Raises:
+        ValueError: a cache with sliding-window layers, ``capture`` with a model not on CUDA.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cache: StaticCache,
+        key_mask: torch.Tensor,
+        *,
+        recorder: CachedRecorder | None = None,
+        capture: bool = True,
+    ) -> None:
+        dev = next(model.parameters()).device
+        if capture and dev.type != "cuda":
+            raise ValueError(f"GraphedDecodeStep(capture=True) needs a model on a CUDA device, got {dev}")
+        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+            raise ValueError("GraphedDecodeStep needs a StaticCache without sliding-window layers")
+        self.model, self.cache, self.recorder, self.device = model, cache, recorder, dev
+        self.capture = capture
+        self.max_len = cache.get_max_length()
+        b, p = key_mask.shape
+        self.real = torch.ones(b, self.max_len, dtype=torch.bool, device=dev)  # [B, Lc]
+        self.real[:, :p] = key_mask.to(dev).bool()
+        self.n_pad = p - self.real[:, :p].sum(1, keepdim=True)  # [B, 1]
+        self.slots = torch.arange(self.max_len, device=dev)
+        self.tokens = p  # tokens in the cache (host count)
+        self.ids = torch.zeros(b, 1, dtype=torch.long, device=dev)
+        self.logits: torch.Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.steps = 0
+
+    def _step(self) -> torch.Tensor:
+        """The work of one step, from the static inputs to the static ``[B, V]`` logits.
+
+        The mask is handed over prepared (``[B, 1, 1, Lc]`` bool, built here from the device length), so
+        Transformers' mask builder, whose static-cache path is not written for capture, is skipped.
+        """
+        length = self.cache.layers[0].cumulative_length  # tokens in the cache before this one, on the device
+        position_ids = (length - self.n_pad).clamp(min=0)  # [B, 1]
+        mask = (self.real & (self.slots <= length))[:, None, None, :]
+        with torch.no_grad():
+            out = self.model(
+                input_ids=self.ids, attention_mask=mask, position_ids=position_ids,
+                past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+            )  # fmt: skip
+        return out.logits[:, -1]
+
+    def __call__(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Runs one step on ``token_ids`` ``[B, 1]``; returns the ``[B, V]`` next-token logits (a copy).
+
+        Raises:
+            ValueError: the cache is full, or (after the capture) the recorder's answer buffers are
+                (create the recorder with ``capacity=`` the longest answer).
+        """
+        rec = self.recorder
+        if self.graph is not None and rec is not None and rec.seen + 1 - rec.prompt_len > rec.capacity:
+            raise ValueError(
+                f"the recorder holds {rec.capacity} answer tokens; give it a larger capacity= for graphs"
+            )
+        if self.tokens >= self.max_len:
+            raise ValueError(f"the static cache is full ({self.max_len} tokens)")
+        self.tokens += 1
+        self.ids.copy_(token_ids, non_blocking=True)
+        if self.steps < WARMUP_STEPS or not self.capture:
+            self.steps += 1
+            return self._step().clone()
+        if self.graph is None:
+            self.graph = torch.cuda.CUDAGraph()
+            seen = None if rec is None else rec.seen
+            with torch.cuda.graph(self.graph):
+                self.logits = self._step()
+            if rec is not None:  # the capture ran the hooks' host code: undo its count, the replay counts
+                rec.seen = seen
+        self.graph.replay()
+        if rec is not None:
+            rec.seen += 1
+        self.steps += 1
+        return self.logits.clone()
+
+
+__all__ = ["GraphedDecodeStep"]

@@ -1,0 +1,346 @@
+"""Split-K decoding kernels (flash-decoding) with T1, T2 and running T3 statistics.
+
+Three launches per step, all with grids fixed by the tensor shapes (``kv_len`` is read on the device,
+so a step can be captured in a CUDA graph and replayed as the cache grows):
+
+1. ``_split_kernel``: one program per (key split, batch x KV head, row block). The rows of a program
+   are the ``G x R`` query rows (``G`` query heads of one KV head, ``R`` new rows) that read the same
+   keys; it streams the key tiles of its split with the forward's tile step and writes its partial
+   state: running max ``m``, ``l``, the entropy, squared-weight and prompt-mass accumulators, the
+   visible-key count and the unnormalised output.
+2. ``_merge_kernel``: one program per (batch x KV head, row block) merges the partial states in the
+   fixed order of the splits with the package's merge rule (``state.merge_states``; here in log2 units
+   with the entropy accumulator shifted by ``m``, as in the forward kernel), finalises output, LSE and
+   T1, and reads the T2 lookups off the merged LSE. The order is fixed, so results are bitwise
+   identical across runs; the split count changes them only by fp32 rounding.
+3. ``_columns_kernel``: one program per (key tile, batch x query head) re-scores the new rows against
+   its keys from the merged LSE and adds their weights (and, for head 0, the row counts) to the
+   running column state. Each program owns its slots: no atomics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from flashstats_kernels.ops.columns.fused import _col_range
+from flashstats_kernels.ops.forward.fused import (
+    _fwd_range,
+    _load_tile,
+    _mma_cast,
+    interpreting,
+    launch_geometry,
+)
+from flashstats_kernels.ops.lookups.fused import _lookup
+from flashstats_kernels.state import ColumnState
+from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
+
+_LN2 = 0.6931471805599453
+_N_STATE = 6  # m, l, a, q2, pm, n
+
+
+@triton.jit
+def _rows(i_rb, R, kv_len, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Rows of a program: query head offset in the group, row index, validity and cache position."""
+    o_m = i_rb * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] index into the G x R rows of one KV head
+    m_m = o_m < GROUP * R
+    o_g = o_m // R  # [BM] query head within the group
+    o_r = o_m % R  # [BM] new row
+    return o_m, m_m, o_g, o_r, kv_len - R + o_r
+
+
+@triton.jit(do_not_specialize=["R", "window"])
+def _split_kernel(
+    Q, K, V, Part, Acc, KeyMask, PromptLen, KvLen,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb,
+    Hq, Hkv, R, scale, softcap, window,
+    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr,
+    WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    i_s = tl.program_id(0)
+    i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head
+    i_rb = tl.program_id(2)
+    n_rb = tl.num_programs(2)
+    i_b = i_bk // Hkv
+    i_kh = i_bk % Hkv
+    kv_len = tl.load(KvLen)
+    o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)  # [BD]
+    m_d = o_d < D
+    EVEN_D: tl.constexpr = D == BLOCK_D
+    p_q = Q + i_b * sqb + (i_kh * GROUP + o_g)[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
+    b_q = _mma_cast(_load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
+    p_k0 = K + i_b * skb + i_kh * skh
+    p_v0 = V + i_b * svb + i_kh * svh
+    plen = tl.load(PromptLen + i_b)
+    # keys any row can see: [lo, kv_len), cut into SPLITS ranges of whole tiles
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(kv_len - R - window + 1, 0) // BLOCK_N * BLOCK_N
+    per = tl.cdiv(tl.cdiv(kv_len - lo, SPLITS), BLOCK_N) * BLOCK_N
+    start = lo + i_s * per
+    stop = tl.minimum(start + per, kv_len)
+    st = (
+        tl.full([BLOCK_M], -1.0e30, tl.float32), tl.zeros([BLOCK_M], tl.float32),
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
+        tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.int32),
+    )  # fmt: skip
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_range(
+        start, stop, b_q, pos_q, p_k0, p_v0, KeyMask + i_b * smb, plen, kv_len, skn, skd, svn, svd, o_d, m_d,
+        scale * 1.4426950408889634, scale, softcap, window, *st,
+        True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
+    )  # fmt: skip
+    o_p = ((i_bk * n_rb + i_rb) * SPLITS + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
+    n_slot = tl.num_programs(1) * n_rb * SPLITS * BLOCK_M  # slots per state field
+    tl.store(Part + o_p, b_mx)
+    tl.store(Part + n_slot + o_p, b_l)
+    tl.store(Part + 2 * n_slot + o_p, b_a)
+    tl.store(Part + 3 * n_slot + o_p, b_q2)
+    tl.store(Part + 4 * n_slot + o_p, b_pm)
+    tl.store(Part + 5 * n_slot + o_p, b_n.to(tl.float32))
+    tl.store(Acc + o_p[:, None] * BLOCK_D + o_d[None, :], b_acc)
+
+
+@triton.jit
+def _merge_one(st, Part, Acc, n_slot, o_p, o_d, BLOCK_D: tl.constexpr):
+    """Merge the partial state at slots ``o_p`` into ``st`` (the merge rule, log2 units, shifted ``a``)."""
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
+    s_mx = tl.load(Part + o_p)
+    s_l = tl.load(Part + n_slot + o_p)
+    s_a = tl.load(Part + 2 * n_slot + o_p)
+    s_q2 = tl.load(Part + 3 * n_slot + o_p)
+    s_pm = tl.load(Part + 4 * n_slot + o_p)
+    s_n = tl.load(Part + 5 * n_slot + o_p)
+    s_acc = tl.load(Acc + o_p[:, None] * BLOCK_D + o_d[None, :])
+    mx = tl.maximum(b_mx, s_mx)
+    fx = tl.exp2(b_mx - mx)  # both factors lie in [0, 1]
+    fy = tl.exp2(s_mx - mx)
+    b_a = fx * (b_a + b_l * (b_mx - mx)) + fy * (s_a + s_l * (s_mx - mx))
+    b_l = fx * b_l + fy * s_l
+    b_q2 = fx * fx * b_q2 + fy * fy * s_q2
+    b_pm = fx * b_pm + fy * s_pm
+    b_acc = fx[:, None] * b_acc + fy[:, None] * s_acc
+    return mx, b_l, b_acc, b_a, b_q2, b_pm, b_n + s_n
+
+
+@triton.jit(do_not_specialize=["R", "window", "S"])
+def _merge_kernel(
+    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride,
+    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
+    WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    i_bk = tl.program_id(0).to(tl.int64)
+    i_rb = tl.program_id(1)
+    n_rb = tl.num_programs(1)
+    i_b = i_bk // Hkv
+    i_kh = i_bk % Hkv
+    kv_len = tl.load(KvLen)
+    o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    n_slot = tl.num_programs(0) * n_rb * SPLITS * BLOCK_M
+    base = (i_bk * n_rb + i_rb) * SPLITS * BLOCK_M + tl.arange(0, BLOCK_M)
+    st = (
+        tl.full([BLOCK_M], -1.0e30, tl.float32), tl.zeros([BLOCK_M], tl.float32),
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
+        tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32),
+    )  # fmt: skip
+    for i_s in tl.static_range(SPLITS):  # the fixed reduction order
+        st = _merge_one(st, Part, Acc, n_slot, base + i_s * BLOCK_M, o_d, BLOCK_D)
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
+
+    i_h = i_kh * GROUP + o_g  # [BM] query head
+    has = b_l > 0.0
+    b_ls = tl.where(has, b_l, 1.0)
+    p_o = Out + i_b * sob + i_h[:, None] * soh + o_r[:, None] * som + o_d[None, :] * sod
+    tl.store(p_o, (b_acc / b_ls[:, None]).to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
+    o_row = (i_b * Hq + i_h) * R + o_r  # [BM] offsets into [B, Hq, R]
+    b_lse2 = tl.where(has, b_mx + tl.log2(b_ls), float("-inf"))
+    tl.store(Lse + o_row, b_lse2 * _LN2, mask=m_m)
+    if ROWS:
+        b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * _LN2, 0.0)
+        tl.store(Stats + o_row, b_ent, mask=m_m)
+        b_nf = tl.maximum(b_n, 2.0)
+        tl.store(Stats + stat_stride + o_row, tl.where(b_n > 1.0, b_ent / tl.log(b_nf), 0.0), mask=m_m)
+        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls, mask=m_m)
+        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0), mask=m_m)
+        b_q2s = tl.where(has, b_q2, 1.0)
+        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0), mask=m_m)
+    if LOOKUPS:
+        p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
+        b_q = tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+        p_k0 = K + i_b * skb + i_kh * skh
+        p_km = KeyMask + i_b * smb
+        plen = tl.load(PromptLen + i_b)
+        args = (kv_len, skn, skd, o_d, m_d, scale, softcap, window)
+        b_d = _lookup(b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
+        tl.store(Diag + o_row, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
+        b_pv = _lookup(
+            b_q, p_k0, p_km, pos_q - 1, pos_q, m_m & (pos_q > plen), b_lse2, *args,
+            HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
+        )  # fmt: skip
+        tl.store(Prev + o_row, tl.exp2(b_pv), mask=m_m)
+        i_s = 0
+        while i_s < S:
+            pos_k = tl.zeros_like(pos_q) + tl.load(SinkPos + i_b * spb + i_s)
+            b_w = _lookup(
+                b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW
+            )
+            tl.store(Sinks + o_row * S + i_s, tl.exp2(b_w), mask=m_m)
+            i_s += 1
+
+
+@triton.jit(do_not_specialize=["R", "window"])
+def _columns_kernel(
+    Q, K, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb, scb, sch, scn, sntb, sntn,
+    Hq, R, scale, softcap, window,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    i_n = tl.program_id(0)
+    i_bh = tl.program_id(1).to(tl.int64)
+    i_b = i_bh // Hq
+    i_h = i_bh % Hq
+    kv_len = tl.load(KvLen)
+    if i_n * BLOCK_N < kv_len:
+        o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        o_d = tl.arange(0, BLOCK_D)
+        m_n = o_n < kv_len
+        m_d = o_d < D
+        EVEN_D: tl.constexpr = D == BLOCK_D
+        p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
+        b_k = _mma_cast(_load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
+        p_km = KeyMask + i_b * smb
+        keep_k = m_n
+        if HAS_MASK:
+            keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
+        b_sum, b_cnt = _col_range(
+            0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + i_bh * R, tl.load(PromptLen + i_b),
+            R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
+            tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
+            True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+        )  # fmt: skip
+        p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
+        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
+        if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
+            p_cnt = Count + i_b * sntb + o_n * sntn
+            tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
+
+
+def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
+    """Tile sizes of the three decoding kernels: rows per program, keys per tile, warps."""
+    block_m = max(16, min(64, triton.next_power_of_2(group_rows)))
+    if interpreting():
+        return {"BLOCK_M": block_m, "BLOCK_N": 16, "COL_N": 16, "num_warps": 4}
+    block_n = 32 if block_d > 128 else 64
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "COL_N": 64, "num_warps": 4}
+
+
+def default_splits(batch_kv: int, row_blocks: int, cache: int, block_n: int) -> int:
+    """Key splits that give about two programs per SM of an H100/H200, from the cache capacity alone.
+
+    The choice depends only on shapes (never on ``kv_len``), so a captured step keeps its grid.
+    """
+    want = -(-264 // max(1, batch_kv * row_blocks))
+    return max(1, min(want, 64, -(-cache // (4 * block_n))))
+
+
+def decode_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    kv_len: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    prompt_len: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+    rows: bool,
+    sink_positions: torch.Tensor | None,
+    diag_eps: float,
+    columns: ColumnState | None,
+    splits: int | None = None,
+) -> AttentionResult:
+    """One decoding step, split-K over the cache (arguments of [`flashstats_kernels.decode_attention`][]).
+
+    Args:
+        q: [B, Hq, R, D]. the new rows; any strides.
+        k: [B, Hkv, Lc, D]. key cache; any strides.
+        v: [B, Hkv, Lc, D]. value cache.
+        kv_len: [1] integer tensor on q's device. valid keys; the rows sit at ``kv_len - R + i``.
+        key_mask: [B, Lc] bool or None.
+        prompt_len: [B] int64 on q's device.
+        scale: score scale.
+        softcap: soft cap or None.
+        window: sliding window or None.
+        rows: compute T1.
+        sink_positions: [B, S] int64 (compute T2) or None (skip T2).
+        diag_eps: clamp of ``diag_log``.
+        columns: running column state ``[B, Hq, Lc]`` updated in place, or None (skip T3).
+        splits: key splits (None: `default_splits`).
+
+    Returns:
+        AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked.
+    """
+    g = launch_geometry(q, k, key_mask, softcap, window)
+    cfg = decode_config(g.block_d, g.group * g.R)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    n_rb = triton.cdiv(g.group * g.R, bm)
+    bkv = g.B * (g.Hq // g.group)
+    n_split = splits if splits is not None else default_splits(bkv, n_rb, g.L, bn)
+    dev = q.device
+    part = torch.empty(_N_STATE, bkv * n_rb * n_split * bm, dtype=torch.float32, device=dev)
+    acc = torch.empty(bkv * n_rb * n_split * bm, g.block_d, dtype=torch.float32, device=dev)
+    out = torch.empty(g.B, g.Hq, g.R, g.D, dtype=q.dtype, device=dev)
+    lse = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
+    stats = torch.empty(5 if rows else 1, g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
+    n_sinks = 0 if sink_positions is None else sink_positions.shape[1]
+    diag = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
+    prev = torch.empty_like(diag)
+    sinks = torch.empty(g.B, g.Hq, g.R, max(n_sinks, 1), dtype=torch.float32, device=dev)
+    pos = diag if sink_positions is None else sink_positions.to(dev, torch.int64).contiguous()
+    plen = prompt_len.contiguous()
+    kvl = kv_len.reshape(1)
+    flags = dict(
+        D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
+        WHILE=interpreting(), BLOCK_D=g.block_d, num_warps=cfg["num_warps"],
+    )  # fmt: skip
+    _split_kernel[(n_split, bkv, n_rb)](
+        q, k, v, part, acc, g.key_mask, plen, kvl,
+        *q.stride(), *k.stride(), *v.stride(), g.mask_stride,
+        g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
+        SPLITS=n_split, ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
+    )  # fmt: skip
+    _merge_kernel[(bkv, n_rb)](
+        q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl,
+        *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
+        g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
+        g.B * g.Hq * g.R, SPLITS=n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
+    )  # fmt: skip
+    if columns is not None:
+        cm = max(16, min(64, triton.next_power_of_2(g.R)))
+        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
+            q, k, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
+            *q.stride(), *k.stride(), g.mask_stride, *columns.sum.stride(), *columns.count.stride(),
+            g.Hq, g.R, float(scale), g.softcap, g.window,
+            MMA=g.mma, BLOCK_M=cm, BLOCK_N=cfg["COL_N"], **flags,
+        )  # fmt: skip
+    result = AttentionResult(out=out, lse=lse)
+    if rows:
+        result.rows = RowStats(*stats.unbind(0))
+    if sink_positions is not None:
+        result.lookups = LookupStats(diag_log=diag, prev_weight=prev, sink_weights=sinks[..., :n_sinks])
+    return result
+
+
+__all__ = ["decode_triton", "default_splits"]

@@ -1,0 +1,127 @@
+"""The built docs site loads nothing from another host, and every formula is MathML rendered at build time.
+
+The site is built once (``mkdocs build --strict``) into a temporary folder; every HTML page's scripts,
+stylesheets, fonts, images and frames, and every ``url()``/``@import`` in the site's CSS, must point into the
+site itself. A synthetic page checks that the checker reports an external script, stylesheet and font.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# (tag, attribute) pairs whose URL the browser fetches when it renders the page
+FETCHED = {("script", "src"), ("link", "href"), ("img", "src"), ("iframe", "src"), ("source", "src"),
+           ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data")}  # fmt: skip
+# <link rel=...> values that are not fetched as a resource
+LINK_NOT_FETCHED = {"canonical", "alternate", "author", "license", "help", "next", "prev"}
+CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])([^'")\s]+)""")
+
+
+def is_external(url: str) -> bool:
+    """True for a URL that names a host (``https://x``, ``//x``) rather than a path inside the site."""
+    parsed = urlparse(url.strip())
+    return bool(parsed.netloc) or parsed.scheme not in ("", "data", "blob")
+
+
+class _Fetches(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "link" and set((values.get("rel") or "").split()) & LINK_NOT_FETCHED:
+            return
+        for t, attr in FETCHED:
+            if t == tag and values.get(attr):
+                self.urls.append(values[attr])
+        if values.get("style"):
+            self.urls += CSS_URL.findall(values["style"])
+
+    def handle_data(self, data: str) -> None:
+        if self.lasttag == "style":
+            self.urls += CSS_URL.findall(data)
+
+
+def external_fetches(html: str) -> list[str]:
+    """URLs on other hosts that a browser would fetch to render ``html`` (scripts, styles, fonts, ...)."""
+    parser = _Fetches()
+    parser.feed(html)
+    return [u for u in parser.urls if is_external(u)]
+
+
+def test_checker_reports_external_resources():
+    page = """<html><head><link rel="stylesheet" href="https://fonts.example/css?family=Roboto">
+    <link rel="canonical" href="https://example.org/page/"><style>@import "//cdn.example/x.css";
+    body { font-family: x; src: url(https://cdn.example/f.woff2) }</style>
+    <script src="../assets/local.js"></script><script src="https://cdn.example/mathjax.js"></script>
+    </head><body><a href="https://example.org/">not fetched</a><img src="img/x.png"></body></html>"""
+    assert external_fetches(page) == [
+        "https://fonts.example/css?family=Roboto",
+        "//cdn.example/x.css",
+        "https://cdn.example/f.woff2",
+        "https://cdn.example/mathjax.js",
+    ]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def test_no_page_loads_from_another_host(site):
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 10
+    offenders = {str(p.relative_to(site)): bad for p in pages if (bad := external_fetches(p.read_text()))}
+    assert offenders == {}
+
+
+def test_no_stylesheet_loads_from_another_host(site):
+    sheets = sorted(site.rglob("*.css"))
+    assert sheets
+    offenders = {str(p.relative_to(site)): bad for p in sheets
+                 if (bad := [u for u in CSS_URL.findall(p.read_text()) if is_external(u)])}  # fmt: skip
+    assert offenders == {}
+
+
+def test_formulas_are_mathml_built_into_the_page(site):
+    pages = sorted(site.rglob("*.html"))
+    leftover = {
+        str(p.relative_to(site)) for p in pages if re.search(r'class="arithmatex">\\[(\[]', p.read_text())
+    }
+    assert leftover == set()
+    statistics = (site / "reference" / "statistics" / "index.html").read_text()
+    assert statistics.count("<math ") >= 20
+
+
+def search_tokens(site: Path) -> set[str]:
+    """Lower-cased words of the search index, split with the separator the site's search uses."""
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    separator = re.compile(index["config"]["separator"])
+    tokens: set[str] = set()
+    for doc in index["docs"]:
+        text = re.sub(r"<[^>]+>", " ", f"{doc['title']} {doc['text']}")
+        tokens.update(t.lower() for t in separator.split(text) if t)
+    return tokens
+
+
+def test_search_finds_code_names(site):
+    tokens = search_tokens(site)
+    missing = {"attnstats", "record_forward", "response_attention", "halluprobe", "graphedrecorder"} - tokens
+    assert missing == set()

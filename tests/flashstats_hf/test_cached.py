@@ -1,0 +1,198 @@
+"""CachedRecorder: statistics of generated or streamed answers equal record_forward on the same ids.
+
+Tiny random models of each family (Llama, Qwen3, sliding-window Qwen3 / Mistral / Gemma 3, soft-capped
+Gemma 2), left-padded batches with sink positions counted from each example's first real token.
+Statistics: 1e-5 absolute plus 1e-5 relative in fp32. Hidden states: 1e-4, because the model's own
+fp32 matmuls round differently on a 1-row step than on a whole sequence and these tiny models
+(initializer range 0.3) have residual streams of tens with cancellations. The same runs in float64
+agree to 1e-6 everywhere (float32 outputs), which shows that the cached path itself is exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flashstats_hf import CachedRecorder, GraphedDecodeStep, record_forward
+from flashstats_kernels import StatsRequest
+from transformers import DynamicCache, GenerationConfig, StaticCache
+
+ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
+LOOKUP_FIELDS = ("diag_log", "prev_weight", "sink_weights")
+TOL = dict(atol=1e-5, rtol=1e-5)
+HIDDEN_TOL = dict(atol=1e-4, rtol=1e-4)
+REQUEST = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0, 2))
+HIDDEN = [0, 1, -1]
+
+
+def assert_same_stats(got, ref, tol=TOL, hidden_tol=HIDDEN_TOL):
+    """Every field of two ForwardStats of the same answers."""
+    assert got.layers == ref.layers
+    assert torch.equal(got.answer_len, ref.answer_len) and torch.equal(got.prompt_len, ref.prompt_len)
+    assert torch.equal(got.key_mask, ref.key_mask)
+    for name in ROW_FIELDS:
+        torch.testing.assert_close(getattr(got.rows, name), getattr(ref.rows, name), **tol, msg=name)
+    for name in LOOKUP_FIELDS:
+        torch.testing.assert_close(getattr(got.lookups, name), getattr(ref.lookups, name), **tol, msg=name)
+    torch.testing.assert_close(got.columns.sum, ref.columns.sum, **tol)
+    torch.testing.assert_close(got.columns.mean, ref.columns.mean, **tol)
+    assert got.logit_stat_names == ref.logit_stat_names
+    torch.testing.assert_close(got.logit_stats, ref.logit_stats, **tol)
+    assert got.hidden_layers == ref.hidden_layers
+    torch.testing.assert_close(got.hidden, ref.hidden, **hidden_tol)
+
+
+def _reference(model, ids, mask, prompt_len):
+    start = torch.full((ids.shape[0],), prompt_len)
+    return record_forward(
+        model, ids, response_start=start, attention_mask=mask, request=REQUEST, hidden_layers=HIDDEN
+    )
+
+
+FAMILIES = ["llama", "qwen3", "qwen3_sliding", "gemma2", "gemma3", "mistral"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("chunks", [(1, 3, 2), (6,)], ids=["chunks-1-3-2", "one-chunk"])
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_streamed_chunks_equal_record_forward(helpers, kind, chunks, dtype):
+    model, _ = helpers.tiny_models(kind)
+    model = model.to(dtype)
+    ids, mask, _ = helpers.padded_batch([15, 11], [6, 6])
+    prompt = 9
+    rec = CachedRecorder(model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN)
+    seen = []
+    with rec:
+        rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+        at = prompt
+        for n in chunks:
+            rec.feed(ids[:, at : at + n])
+            at += n
+            seen.append((at, rec.stats()))
+    exact = dict(atol=1e-6, rtol=1e-6)
+    for at, got in seen:  # after every chunk: the statistics of the answer so far
+        ref = _reference(model, ids[:, :at], mask[:, :at], prompt)
+        assert_same_stats(got, ref, *((exact, exact) if dtype == torch.float64 else (TOL, HIDDEN_TOL)))
+
+
+def test_prefill_that_holds_the_start_of_the_answer(helpers):
+    """The first call may carry answer tokens after the prompt: those rows are scored in the prefill."""
+    model, _ = helpers.tiny_models("qwen3")
+    ids, mask, _ = helpers.padded_batch([13, 9], [5, 5])
+    rec = CachedRecorder(model, prompt_len=8, request=REQUEST, hidden_layers=HIDDEN)
+    with rec:
+        rec.feed(ids[:, :11], attention_mask=mask[:, :11])
+        rec.feed(ids[:, 11:])
+    assert_same_stats(rec.stats(), _reference(model, ids, mask, 8))
+
+
+GENERATE = {
+    "llama-dynamic-greedy": ("llama", "dynamic", False),
+    "llama-static-sample": ("llama", "static", True),
+    "qwen3-static-greedy": ("qwen3", "static", False),
+    "qwen3sliding-dynamic-sample": ("qwen3_sliding", "dynamic", True),
+    "gemma2-softcap-dynamic-greedy": ("gemma2", "dynamic", False),
+    "gemma2-softcap-static-greedy": ("gemma2", "static", False),
+    "mistral-window-dynamic-greedy": ("mistral", "dynamic", False),
+}
+
+
+@pytest.mark.parametrize("case", list(GENERATE), ids=list(GENERATE))
+def test_generate_equals_record_forward_on_generated_ids(helpers, case):
+    kind, cache_kind, sample = GENERATE[case]
+    model, _ = helpers.tiny_models(kind)
+    ids, mask, _ = helpers.padded_batch([9, 6], [1, 1])
+    prompt = 9
+    cache = (
+        StaticCache(config=model.config, max_cache_len=24)
+        if cache_kind == "static"
+        else DynamicCache(config=model.config)
+    )
+    config = GenerationConfig(
+        max_new_tokens=7, do_sample=sample, top_k=0 if sample else None, pad_token_id=0, eos_token_id=None
+    )
+    rec = CachedRecorder(model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN, capacity=2)
+    torch.manual_seed(0)
+    with rec:
+        out = model.generate(ids, attention_mask=mask, past_key_values=cache, generation_config=config)
+        rec.feed(out[:, -1:])  # the last sampled token has not been read yet
+    assert out.shape[1] == prompt + 7 and rec.seen == prompt + 7
+    full_mask = torch.cat([mask, torch.ones(2, 7, dtype=mask.dtype)], 1)
+    assert_same_stats(rec.stats(), _reference(model, out, full_mask, prompt))
+
+
+def test_scored_layers_subset_and_no_logits(helpers):
+    model, _ = helpers.tiny_models("llama")
+    ids, mask, _ = helpers.padded_batch([12, 12], [4, 4])
+    rec = CachedRecorder(model, prompt_len=8, layers=[-1], logits=False, request=StatsRequest(rows=True))
+    with rec:
+        rec.feed(ids[:, :8])
+        rec.feed(ids[:, 8:])
+    got = rec.stats()
+    ref = record_forward(
+        model, ids, response_start=8, layers=[-1], logits=False, request=StatsRequest(rows=True)
+    )
+    assert got.layers == (1,) and got.lookups is None and got.columns is None and got.logit_stats is None
+    torch.testing.assert_close(got.rows.entropy, ref.rows.entropy, **TOL)
+
+
+def test_errors_name_what_was_expected(helpers):
+    model, _ = helpers.tiny_models("llama")
+    ids, _, _ = helpers.padded_batch([12], [4])
+    rec = CachedRecorder(model, prompt_len=8)
+    with pytest.raises(RuntimeError, match="inside `with recorder:`"):
+        rec.feed(ids)
+    with pytest.raises(ValueError, match=r"first call must hold the whole prompt \(8 tokens\), got 5"):
+        with rec:
+            rec.feed(ids[:, :5])
+    with pytest.raises(ValueError, match="prompt_len must be an int >= 1"):
+        CachedRecorder(model, prompt_len=0)
+    with pytest.raises(ValueError, match="no call was recorded"):
+        CachedRecorder(model, prompt_len=3).stats()
+    rec = CachedRecorder(model, prompt_len=8)
+    with rec, pytest.raises(RuntimeError, match="cannot be nested"):
+        with CachedRecorder(model, prompt_len=8):
+            pass
+    rec = CachedRecorder(model, prompt_len=8)
+    with rec:
+        rec.feed(ids[:, :8])
+        with pytest.raises(RuntimeError, match="inference only"):
+            model(input_ids=ids[:, 8:9], past_key_values=rec.cache, use_cache=True)
+        with torch.no_grad(), pytest.raises(ValueError, match="needs the logits of every row"):
+            model(input_ids=ids[:, 8:], past_key_values=rec.cache, use_cache=True, logits_to_keep=1)
+
+
+def _graph_steps(helpers, device, capture, dtype=torch.float32):
+    """Prefill on a static cache, then 6 teacher-forced steps through GraphedDecodeStep."""
+    model, _ = helpers.tiny_models("qwen3", device)
+    model = model.to(dtype)
+    ids, mask, _ = helpers.padded_batch([15, 12], [6, 6], device=device)
+    prompt = 9
+    cache = StaticCache(config=model.config, max_cache_len=20)
+    rec = CachedRecorder(
+        model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN, capacity=8, cache=cache
+    )
+    with rec:
+        rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+        step = GraphedDecodeStep(model, cache, mask[:, :prompt], recorder=rec, capture=capture)
+        logits = [step(ids[:, at : at + 1]) for at in range(prompt, 15)]
+    return model, ids, mask, prompt, rec.stats(), logits
+
+
+def test_decode_step_runs_from_device_state_alone(helpers):
+    """The step code that a graph captures, run eagerly: every answer statistic equals record_forward."""
+    model, ids, mask, prompt, got, _ = _graph_steps(helpers, "cpu", capture=False)
+    assert_same_stats(got, _reference(model, ids, mask, prompt))
+    with pytest.raises(ValueError, match=r"capture=True\) needs a model on a CUDA device"):
+        GraphedDecodeStep(model, StaticCache(config=model.config, max_cache_len=20), mask)
+
+
+@pytest.mark.gpu
+def test_captured_decode_steps_equal_record_forward(helpers):
+    model, ids, mask, prompt, got, logits = _graph_steps(helpers, "cuda", capture=True)
+    assert_same_stats(
+        got, _reference(model, ids, mask, prompt), dict(atol=3e-3, rtol=3e-3), dict(atol=3e-3, rtol=3e-3)
+    )
+    _, _, _, _, eager, eager_logits = _graph_steps(helpers, "cuda", capture=False)
+    for a, b in zip(logits, eager_logits, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.rows.entropy, eager.rows.entropy, atol=1e-6, rtol=1e-6)

@@ -1,0 +1,205 @@
+"""The decoding op (new rows against a key cache) against the fp64 reference, on both backends.
+
+On a machine without CUDA the Triton kernels run under the interpreter. Outputs are poisoned with NaN
+(every float ``torch.empty`` is NaN-filled), so an element a kernel forgets to write fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from flashstats_kernels import (
+    ColumnState,
+    StatsRequest,
+    decode_attention,
+    response_attention,
+    response_columns,
+)
+from flashstats_kernels.ops.decode import naive_decode
+
+ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
+LOOKUP_FIELDS = ("diag_log", "prev_weight", "sink_weights")
+TOL = dict(atol=2e-5, rtol=2e-5)
+BACKENDS = ["torch", "triton"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    B: int = 1
+    Hq: int = 2
+    Hkv: int = 1
+    R: int = 1
+    Lc: int = 37  # cache capacity
+    kv: int = 29  # valid keys
+    D: int = 16
+    pad: bool = False  # left padding (a different first real token per example)
+    softcap: float | None = None
+    window: int | None = None
+    splits: int | None = 3
+
+    @property
+    def id(self) -> str:
+        extra = ("-pad" if self.pad else "") + (f"-cap{self.softcap}" if self.softcap else "")
+        extra += f"-win{self.window}" if self.window else ""
+        sizes = f"B{self.B}-R{self.R}-Lc{self.Lc}-kv{self.kv}-HQ{self.Hq}-H{self.Hkv}-D{self.D}"
+        return f"{sizes}-S{self.splits}{extra}"
+
+
+CASES = [
+    Case(),
+    Case(B=2, Hq=4, Hkv=2, R=5, Lc=64, kv=63, splits=2),
+    Case(B=3, Hq=6, Hkv=2, R=1, Lc=111, kv=100, D=24, pad=True, splits=5),
+    Case(B=2, Hq=4, Hkv=1, R=7, Lc=50, kv=50, softcap=2.0, splits=4),
+    Case(B=2, Hq=2, Hkv=2, R=3, Lc=45, kv=33, window=9, pad=True, splits=3),
+    Case(B=1, Hq=8, Hkv=2, R=2, Lc=20, kv=2, splits=1),  # only the new rows are cached
+    Case(B=1, Hq=4, Hkv=4, R=1, Lc=80, kv=80, D=80, splits=None),
+]
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Every float ``torch.empty`` returns NaN-filled memory during the test."""
+    real_empty = torch.empty
+
+    def nan_empty(*size, **kwargs):
+        t = real_empty(*size, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+def _inputs(case: Case, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(case.B, case.Hq, case.R, case.D, generator=g) * 1.5
+    k = torch.randn(case.B, case.Hkv, case.Lc, case.D, generator=g)
+    v = torch.randn(case.B, case.Hkv, case.Lc, case.D, generator=g)
+    mask = None
+    first = torch.zeros(case.B, dtype=torch.int64)
+    if case.pad:
+        first = torch.arange(case.B) * 2 % max(1, case.kv - case.R)
+        mask = torch.arange(case.Lc)[None, :] >= first[:, None]
+    plen = (case.kv - case.R - torch.arange(case.B)).clamp(min=0)
+    sinks = torch.stack([first, first + 1, torch.full_like(first, case.Lc + 3)], 1)
+    opts = dict(key_mask=mask, prompt_len=plen, softcap=case.softcap, window=case.window)
+    return q, k, v, opts, sinks
+
+
+def _run(case: Case, backend: str, seed: int = 0, splits=None):
+    q, k, v, opts, sinks = _inputs(case, seed)
+    request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=sinks)
+    state = ColumnState.zeros(case.B, case.Hq, case.Lc, "cpu")
+    res = decode_attention(
+        q, k, v, kv_len=case.kv, request=request, column_state=state, backend=backend,
+        splits=splits if splits is not None else case.splits, **opts,
+    )  # fmt: skip
+    return res, state
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_decode_matches_fp64_reference(case, backend, poisoned):
+    q, k, v, opts, sinks = _inputs(case)
+    res, state = _run(case, backend)
+    ref, col_sum, col_count = naive_decode(
+        q, k, v, kv_len=case.kv, key_mask=opts["key_mask"], prompt_len=opts["prompt_len"],
+        scale=case.D**-0.5, softcap=case.softcap, window=case.window, sink_positions=sinks, diag_eps=1e-30,
+    )  # fmt: skip
+    torch.testing.assert_close(res.out.double(), ref.out, **TOL)
+    torch.testing.assert_close(res.lse.double(), ref.lse, **TOL)
+    for name in ROW_FIELDS:
+        torch.testing.assert_close(getattr(res.rows, name).double(), getattr(ref.rows, name), **TOL, msg=name)
+    for name in LOOKUP_FIELDS:
+        got, exp = getattr(res.lookups, name).double(), getattr(ref.lookups, name)
+        torch.testing.assert_close(got, exp, **TOL, msg=name)
+    torch.testing.assert_close(state.sum.double(), col_sum, **TOL)
+    torch.testing.assert_close(state.count.double(), col_count, atol=0, rtol=0)
+    assert res.columns is None
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=lambda c: c.id)
+def test_split_count_changes_only_rounding_and_runs_are_bitwise(case, poisoned):
+    base, base_state = _run(case, "triton", splits=1)
+    for splits in (2, 3, 7):
+        res, state = _run(case, "triton", splits=splits)
+        again, again_state = _run(case, "triton", splits=splits)
+        for a, b in ((res.out, again.out), (res.lse, again.lse), (state.sum, again_state.sum)):
+            assert torch.equal(a, b)  # bitwise across runs
+        assert torch.equal(res.rows.entropy, again.rows.entropy)
+        torch.testing.assert_close(res.out, base.out, atol=2e-6, rtol=2e-6)
+        torch.testing.assert_close(res.rows.entropy, base.rows.entropy, atol=2e-6, rtol=2e-6)
+        torch.testing.assert_close(state.sum, base_state.sum, atol=2e-6, rtol=2e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("chunks", [(1, 1, 1, 1, 1, 1), (4, 1, 3, 2)], ids=["R1-steps", "chunks-4-1-3-2"])
+def test_stream_of_steps_equals_one_response_forward(backend, chunks, poisoned):
+    """Rows fed chunk by chunk into a growing cache: per-row statistics and the running columns equal
+    one response-stage forward over all of them (what a teacher-forced forward computes)."""
+    g = torch.Generator().manual_seed(3)
+    b, hq, hkv, d, prompt, cap = 2, 4, 2, 16, 17, 40
+    total = prompt + sum(chunks)
+    q = torch.randn(b, hq, total, d, generator=g)
+    k = torch.randn(b, hkv, cap, d, generator=g)
+    v = torch.randn(b, hkv, cap, d, generator=g)
+    mask = torch.arange(cap)[None, :] >= torch.tensor([0, 3])[:, None]
+    request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=torch.tensor([[0], [3]]))
+    state = ColumnState.zeros(b, hq, cap, "cpu")
+    parts, at = [], prompt
+    for n in chunks:
+        at += n
+        res = decode_attention(
+            q[:, :, at - n : at], k, v, kv_len=at, request=request, column_state=state, key_mask=mask,
+            prompt_len=prompt, backend=backend, splits=2,
+        )  # fmt: skip
+        parts.append(res)
+    rows = sum(chunks)
+    ref = response_attention(
+        q[:, :, prompt:], k[:, :, :total], v[:, :, :total], request=request, key_mask=mask[:, :total],
+        prompt_len=prompt, backend="torch",
+    )  # fmt: skip
+    for name in ROW_FIELDS:
+        got = torch.cat([getattr(p.rows, name) for p in parts], dim=2)
+        torch.testing.assert_close(got, getattr(ref.rows, name), **TOL, msg=name)
+    got = torch.cat([p.lookups.sink_weights for p in parts], dim=2)
+    torch.testing.assert_close(got, ref.lookups.sink_weights, **TOL)
+    cols = response_columns(
+        q[:, :, prompt:],
+        k[:, :, :total],
+        ref.lse,
+        key_mask=mask[:, :total],
+        prompt_len=prompt,
+        backend="torch",
+    )
+    stats = state.stats()
+    torch.testing.assert_close(stats.sum[..., :total], cols.sum, **TOL)
+    torch.testing.assert_close(stats.mean[..., :total], cols.mean, **TOL)
+    assert not stats.sum[..., total:].any()
+    assert rows == parts[-1].lse.shape[2] + sum(chunks[:-1])
+
+
+def test_device_tensor_kv_len_needs_prompt_len():
+    q, k, v = torch.randn(1, 2, 1, 8), torch.randn(1, 1, 9, 8), torch.randn(1, 1, 9, 8)
+    res = decode_attention(q, k, v, kv_len=torch.tensor(5), prompt_len=3, backend="torch")
+    ref = decode_attention(q, k, v, kv_len=5, prompt_len=3, backend="torch")
+    assert torch.equal(res.out, ref.out)
+    with pytest.raises(ValueError, match=r"kv_len must lie in \[R, Lc\] = \[1, 9\]"):
+        decode_attention(q, k, v, kv_len=10, backend="torch")
+    with pytest.raises(TypeError, match="kv_len tensor must hold one integer"):
+        decode_attention(q, k, v, kv_len=torch.tensor([2.0]), backend="torch")
+    with pytest.raises(TypeError, match=r"request.columns needs column_state=ColumnState.zeros\(1, 2, 9"):
+        decode_attention(q, k, v, kv_len=5, request=StatsRequest(columns=True), backend="torch")
+    with pytest.raises(ValueError, match="column_state must have sum"):
+        decode_attention(
+            q,
+            k,
+            v,
+            kv_len=5,
+            request=StatsRequest(columns=True),
+            column_state=ColumnState.zeros(1, 2, 8, "cpu"),
+        )
+    with pytest.raises(ValueError, match="splits must be None or a positive int"):
+        decode_attention(q, k, v, kv_len=5, splits=0)
