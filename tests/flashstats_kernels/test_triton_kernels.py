@@ -311,7 +311,7 @@ def _exp2_fma_kernel(X, Y, N: tl.constexpr):
 
 
 def test_exp2_on_fma_pipes_is_as_accurate_as_the_hardware_exponential():
-    """Relative error < 5e-7 (4 ulp) down to 2^-126, 0 below it and at -inf (as the flush-to-zero ex2 gives)."""
+    """Relative error < 5e-7 (4 ulp) down to 2^-126; 0 below it and at -inf (as the flush-to-zero ex2)."""
     gen = torch.Generator().manual_seed(0)
     x = -torch.rand(4092, generator=gen, dtype=torch.float64) * 130
     x = torch.cat([x, torch.tensor([0.0, -126.0, -1e-7, -float("inf")], dtype=torch.float64)]).float()
