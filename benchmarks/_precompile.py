@@ -46,14 +46,16 @@ def _warm(job: tuple) -> str:
 def precompile(dims: tuple[int, ...] = (128, 64, 256), workers: int = 14, extra: tuple = ()) -> None:
     """Compile every candidate of the forward and key-major kernels for ``dims`` (bf16), and ``extra`` jobs.
 
-    ``FLASHSTATS_PRECOMPILE_SPLIT=1`` adds the split-exponential T3 variant and the 32/32 heads at d = 96.
+    ``FLASHSTATS_PRECOMPILE_SPLIT=1`` adds the split-exponential T3 variant and the 32/32 heads at d = 96;
+    ``FLASHSTATS_PRECOMPILE_CANDIDATES=1`` compiles tuning candidate 0 only (for pinned benchmarks).
     """
     split = os.environ.get("FLASHSTATS_PRECOMPILE_SPLIT") == "1"
+    candidates = int(os.environ.get("FLASHSTATS_PRECOMPILE_CANDIDATES", "4"))  # 1: candidate 0 only
     heads = (*HEADS, (32, 32)) if split else HEADS
     jobs = list(extra) + [
         (d, i, hq, hkv, split)
         for d in dims
-        for i in range(4)
+        for i in range(candidates)
         for hq, hkv in heads
         if d == 128 or hq == 32 and (hkv == 8 or d == 96)
     ]

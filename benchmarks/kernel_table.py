@@ -90,7 +90,9 @@ def write_markdown(csv, path) -> None:
                     "all" if not missed else "missed: " + ", ".join(missed)])  # fmt: skip
     env = csv.env
     text = f"# Kernel table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
-    text += "bf16, batch 1; median of `triton.testing.do_bench`; autotuned tiles.\n\n"
+    pin = os.environ.get("FLASHSTATS_CONFIG_INDEX") or ""
+    tiles = f"tuning candidate {pin} of each head-dim class (pinned)" if pin else "autotuned"
+    text += f"bf16, batch 1; median of `triton.testing.do_bench`; tiles: {tiles}.\n\n"
     path.write_text(text + markdown_table(head, out))
 
 

@@ -13,7 +13,7 @@ export PYTHONPATH PYTHONUNBUFFERED=1
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
   date -u +%Y-%m-%dT%H:%M:%SZ; } | tee "$R/environment.txt"
 if [ -n "${PRE_JOBS:-}" ]; then
-  ( cd benchmarks && FLASHSTATS_PRECOMPILE_SPLIT=1 timeout "${PRE_S:-110}" python3 _precompile.py 14 $PRE_JOBS ) > "$R/precompile.log" 2>&1 &
+  ( cd benchmarks && FLASHSTATS_PRECOMPILE_SPLIT=1 FLASHSTATS_PRECOMPILE_CANDIDATES=${PRE_CANDIDATES:-1} timeout "${PRE_S:-110}" python3 _precompile.py 14 $PRE_JOBS ) > "$R/precompile.log" 2>&1 &
   pre=$!
 fi
 if [ -n "${TEST_K:-}" ]; then
@@ -24,7 +24,7 @@ fi
 if [ -n "${pre:-}" ]; then wait "$pre"; tail -3 "$R/precompile.log"; fi
 for spec in "$@"; do
   name=${spec%%:*}; budget=${spec##*:}
-  pin=""; [ "$name" = families ] && pin=0  # families at tuning candidate 0 (what the precompile built)
+  pin=${PIN-0}  # tuning candidate 0 (what a one-candidate precompile built); PIN= autotunes
   FLASHSTATS_CONFIG_INDEX=$pin timeout $(( budget + 60 )) python3 "benchmarks/$name.py" --out "$R" --budget "$budget" \
     > "$R/$name.log" 2>&1
   echo "$name rc=$?"; tail -12 "$R/$name.log"

@@ -107,14 +107,22 @@ def _col_step(
     SPLIT_EXP: tl.constexpr,
 ):  # fmt: skip
     """One query tile; with ``SPLIT_EXP`` as two half tiles, the first on the MUFU, the second on FMAs."""
+    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
     a = (b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window)
-    f = (MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA)
     if SPLIT_EXP:
-        HALF: tl.constexpr = BLOCK_M // 2
-        b_sum, b_cnt = _col_tile(start_m, *a, b_sum, b_cnt, *f, HALF, False)
-        b_sum, b_cnt = _col_tile(start_m + HALF, *a, b_sum, b_cnt, *f, HALF, True)
+        b_sum, b_cnt = _col_tile(
+            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
+            BLOCK_M // 2, False,
+        )  # fmt: skip
+        b_sum, b_cnt = _col_tile(
+            start_m + BLOCK_M // 2, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP,
+            HAS_WINDOW, MMA, BLOCK_M // 2, True,
+        )  # fmt: skip
     else:
-        b_sum, b_cnt = _col_tile(start_m, *a, b_sum, b_cnt, *f, BLOCK_M, False)
+        b_sum, b_cnt = _col_tile(
+            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
+            False,
+        )  # fmt: skip
     return b_sum, b_cnt
 
 

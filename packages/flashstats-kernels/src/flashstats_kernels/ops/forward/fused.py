@@ -173,17 +173,29 @@ def _fwd_inner(
     With the row statistics on, the range is split at the prompt boundary so that only one tile tests
     ``j < prompt_len``.
     """
+    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
     a = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
     st = (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n)
-    f = (EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N)
     if ROWS:
         pa = tl.minimum(tl.maximum(plen // BLOCK_N * BLOCK_N, lo), hi)  # keys below pa are prompt keys
         pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
-        st = _fwd_range(lo, pa, *a, *st, False, 1, False, *f)
-        st = _fwd_range(pa, pb, *a, *st, False, 2, False, *f)
-        st = _fwd_range(pb, hi, *a, *st, False, 0, False, *f)
+        st = _fwd_range(
+            lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+        st = _fwd_range(
+            pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+        st = _fwd_range(
+            pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
     else:
-        st = _fwd_range(lo, hi, *a, *st, False, 0, False, *f)
+        st = _fwd_range(
+            lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
     return st
 
 
