@@ -69,8 +69,16 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
             ("Saved detectors", ["Detector", "Prediction"]),
             (
                 "Extraction",
-                ["ProxyExtractor", "extract_records", "reduce_forward", "ExampleRecord", "FeatureCache"],
+                [
+                    "ProxyExtractor",
+                    "extract_records",
+                    "plan_batches",
+                    "reduce_forward",
+                    "ExampleRecord",
+                    "FeatureCache",
+                ],
             ),
+            ("Data-parallel extraction", ["World", "init_world", "shard_batches"]),
             (
                 "The probe protocol",
                 [

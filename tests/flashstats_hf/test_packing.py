@@ -52,8 +52,9 @@ def test_packed_equals_padded(helpers, case):
 
 def test_packed_forward_builds_no_mask_and_calls_no_sdpa(helpers, monkeypatch):
     """With the Triton backend every layer runs the varlen kernels: no padded mask, no dense mask, no SDPA."""
-    model, _ = helpers.tiny_models("gemma2")
-    ids, mask, start = helpers.padded_batch([9, 5], [3, 2])
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernels interpreted
+    model, _ = helpers.tiny_models("gemma2", device)
+    ids, mask, start = helpers.padded_batch([9, 5], [3, 2], device=device)
     args = dict(response_start=start, attention_mask=mask, request=REQUEST, hidden_layers=[1])
     padded = record_forward(model, ids, pack=False, **args)
 
@@ -77,3 +78,18 @@ def test_pack_defaults_and_errors(helpers):
     alone = record_forward(model, ids[1:], response_start=start[1:] - 0, pack=True)
     plain = record_forward(model, ids[1:], response_start=start[1:])
     torch.testing.assert_close(alone.rows.entropy, plain.rows.entropy, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.gpu
+def test_packed_equals_padded_on_cuda(helpers):
+    """On CUDA the packed forward runs the varlen Triton kernels (Base rows included) in fp32."""
+    model, _ = helpers.tiny_models("gemma2", "cuda")
+    ids, mask, start = helpers.padded_batch([10, 13, 5], [4, 2, 4], device="cuda")
+    args = dict(response_start=start, attention_mask=mask, request=REQUEST, hidden_layers=[0, 1, -1])
+    packed, padded = (
+        record_forward(model, ids, pack=True, **args),
+        record_forward(model, ids, pack=False, **args),
+    )
+    want = _fields(padded)
+    for name, have in _fields(packed).items():
+        torch.testing.assert_close(have, want[name], atol=3e-3, rtol=3e-3, msg=lambda m, n=name: f"{n}: {m}")

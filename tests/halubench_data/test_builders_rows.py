@@ -204,6 +204,8 @@ def test_halubench_hub_rows_and_csv(tmp_path):
     assert [(e.id, e.label, e.group, e.split) for e in from_hub] == [
         (e.id, e.label, e.group, e.split) for e in from_csv
     ]
+    raw = halubench_from_hub_rows(rows, apply_filters=False)  # the flag reaches the filters
+    assert len(raw) == 210 and len(raw) > len(from_hub)
 
 
 def test_halubench_hub_rows_respect_apply_filters():

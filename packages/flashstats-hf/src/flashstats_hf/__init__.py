@@ -8,7 +8,7 @@ from flashstats_hf.attention import (
 )
 from flashstats_hf.cached import CachedRecorder
 from flashstats_hf.decode_graph import GraphedDecodeStep
-from flashstats_hf.formatting import Batch, collate, format_example
+from flashstats_hf.formatting import Batch, collate, format_example, format_prompt
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
@@ -34,6 +34,7 @@ __all__ = [
     "flashstats_attention_forward",
     "flashstats_mask",
     "format_example",
+    "format_prompt",
     "load_model",
     "logit_statistics",
     "record_forward",

@@ -7,7 +7,7 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
 import torch
@@ -80,7 +80,7 @@ class Recorder:
     plan: Plan
     results: dict[int, LayerStats] = field(default_factory=dict)
     _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
-    _token: object = None
+    _token: Token[Recorder | None] | None = None
 
     def __enter__(self) -> Recorder:
         if _ACTIVE.get() is not None:
@@ -89,7 +89,9 @@ class Recorder:
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._token)
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
         self._masks.clear()
 
     def wants(self, layer_idx: object) -> bool:
@@ -174,6 +176,7 @@ class Recorder:
     def _score_packed(self, layer_idx, query, key, value, *, scale, softcap, window) -> torch.Tensor:
         """Packed split: prompt rows within documents, every answer row in one call; ``[1, Hq, T, D]``."""
         plan = self.plan
+        assert plan.packing is not None  # only packed plans come here
         options = {"scale": scale, "softcap": softcap, "window": window, "backend": plan.backend}
         out = packed_attention(plan.packing, query, key, value, prompt_only=True, **options)
         result = packed_response(plan.packing, query, key, value, request=plan.request, **options)
@@ -183,6 +186,7 @@ class Recorder:
 
     def plain_packed(self, query, key, value, *, scale, softcap, window) -> torch.Tensor:
         """Unscored attention of a packed forward, within documents: ``[1, Hq, T, D]``."""
+        assert self.plan.packing is not None  # only packed plans come here
         out = packed_attention(
             self.plan.packing, query, key, value, scale=scale, softcap=softcap, window=window,
             backend=self.plan.backend, prompt_only=False,

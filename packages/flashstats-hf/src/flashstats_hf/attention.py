@@ -152,7 +152,7 @@ def flashstats_attention_forward(
             f"flashstats: layer {getattr(module, 'layer_idx', '?')} is a sliding-window layer but its "
             "attention module passes no `sliding_window`; expected the window as an argument or attribute"
         )
-    recorder = active_recorder()
+    recorder: Any = active_recorder()  # a Recorder or a CachedRecorder (which has score_cached)
     layer_idx = getattr(module, "layer_idx", None)
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
@@ -179,7 +179,7 @@ def flashstats_attention_forward(
         else:
             out = recorder.plain_packed(query, key, value, **options)
         return out.transpose(1, 2).contiguous(), None
-    if recorder is not None and recorder.wants(layer_idx):
+    if recorder is not None and isinstance(layer_idx, int) and recorder.wants(layer_idx):
         reason = recorder.cannot_score(query, key, exotic)
         if reason is None:
             out = recorder.score_layer(

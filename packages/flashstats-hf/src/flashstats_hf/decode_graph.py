@@ -76,7 +76,8 @@ class GraphedDecodeStep:
         The mask is handed over prepared (``[B, 1, 1, Lc]`` bool, built here from the device length), so
         Transformers' mask builder, whose static-cache path is not written for capture, is skipped.
         """
-        length = self.cache.layers[0].cumulative_length  # tokens in the cache before this one, on the device
+        # tokens in the cache before this one, on the device (a static full-attention layer has the counter)
+        length = self.cache.layers[0].cumulative_length  # type: ignore[union-attr]
         position_ids = (length - self.n_pad).clamp(min=0)  # [B, 1]
         mask = (self.real & (self.slots <= length))[:, None, None, :]
         with torch.no_grad():
@@ -110,12 +111,15 @@ class GraphedDecodeStep:
             seen = None if rec is None else rec.seen
             with torch.cuda.graph(self.graph):
                 self.logits = self._step()
-            if rec is not None:  # the capture ran the hooks' host code: undo its count, the replay counts
+            if (
+                rec is not None and seen is not None
+            ):  # the capture ran the hooks' host code: undo its count, the replay counts
                 rec.seen = seen
         self.graph.replay()
         if rec is not None:
             rec.seen += 1
         self.steps += 1
+        assert self.logits is not None  # set by the capture above
         return self.logits.clone()
 
 

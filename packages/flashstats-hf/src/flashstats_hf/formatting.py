@@ -46,14 +46,9 @@ def format_example(
             raise TypeError(f"{name} must be a str, got {type(text).__name__}")
     if not answer.strip():
         raise ValueError("answer must not be empty")
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template")
-    user = user_template.format(context=context, question=question) if question else context
-    messages = [{"role": "user", "content": user}]
-    render = dict(tokenize=False, enable_thinking=False)
-    prefix = tokenizer.apply_chat_template(messages, add_generation_prompt=True, **render)
-    full = tokenizer.apply_chat_template(
-        [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False, **render
+    messages, prefix = _user_turn(tokenizer, context, question, user_template)
+    full = _render(
+        tokenizer, [*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False
     )
     if not full.startswith(prefix):
         raise ValueError("the chat template does not render the assistant turn after its generation prompt")
@@ -68,10 +63,58 @@ def format_example(
     if ids[: len(prompt_ids)] != prompt_ids:  # a token merged across the boundary: keep them apart
         ids = prompt_ids + _encode(tokenizer, body)
     start = len(prompt_ids)
-    decoded = tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False)
+    decoded = str(tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False))
     if start == len(ids) or decoded.strip() != body.strip():
         raise ValueError(f"answer tokens decode to {decoded!r}, expected {body!r}")
     return ids, start
+
+
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], add_generation_prompt: bool
+) -> str:
+    """The chat rendered as text (``enable_thinking=False`` for templates that read it)."""
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, enable_thinking=False
+    )
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+    return text
+
+
+def _user_turn(tokenizer, context: str, question: str, user_template: str) -> tuple[list[dict], str]:
+    """The chat's user message and its rendering up to the assistant's generation prompt."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template")
+    user = user_template.format(context=context, question=question) if question else context
+    messages = [{"role": "user", "content": user}]
+    return messages, _render(tokenizer, messages, add_generation_prompt=True)
+
+
+def format_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    context: str,
+    question: str,
+    *,
+    user_template: str = DEFAULT_USER_TEMPLATE,
+) -> list[int]:
+    """Token ids of the chat up to the assistant's generation prompt (what the proxy answers from).
+
+    The prompt of [`format_example`][flashstats_hf.format_example] for the same context and question,
+    when its template renders the answer right after the generation prompt (the usual case).
+
+    Args:
+        tokenizer: a Transformers tokenizer with a chat template.
+        context: the supplied context.
+        question: the question or instruction; may be empty.
+        user_template: format string with ``{context}`` and ``{question}`` for the user turn.
+
+    Returns:
+        The prompt's token ids.
+    """
+    for name, text in (("context", context), ("question", question)):
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    return _encode(tokenizer, _user_turn(tokenizer, context, question, user_template)[1])
 
 
 def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

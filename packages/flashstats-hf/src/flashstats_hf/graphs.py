@@ -161,9 +161,10 @@ def bucket_plan(
     pad = lb - inputs.length  # [1]
     pos = torch.arange(lb, device=dev)[None]
     slot = torch.arange(rows, device=dev)[None]
+    sinks = torch.as_tensor(request.sink_positions, device=dev) + pad[:, None]  # padded positions
     plan = Plan(
         layers=frozenset(layers), length=lb, rows=rows, backend=backend,
-        request=dataclasses.replace(request, sink_positions=request.sink_positions + pad[:, None]),
+        request=dataclasses.replace(request, sink_positions=sinks),
         key_mask=pos >= pad[:, None], prompt_len=lb - inputs.rows,
         row_index=(slot + (rows - inputs.rows)[:, None]).clamp(max=rows - 1),
         answer_mask=slot < inputs.rows[:, None],
@@ -222,7 +223,9 @@ def recorded_forward(
     with torch.no_grad(), recorder, unpacked_positions(), hooks:
         out = body(input_ids=ids, attention_mask=plan.key_mask, position_ids=position_ids, use_cache=False)
         stats = (
-            _logit_block_static(model, out[0], ids, answers.answer_pos, plan.answer_mask) if logits else None
+            _logit_block_static(model, out[0], ids, answers.answer_pos, plan.answer_mask)
+            if answers is not None and logits
+            else None
         )
         if len(decoder_layers) in hidden_layers:
             hooks._keep(len(decoder_layers), out[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -34,11 +35,26 @@ def default_gguf_path() -> Path:
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Cache folder: ``cache_dir``, else ``$FLASHSTATS_CACHE``, else ``~/.cache/flashstats``."""
+    r"""Cache folder of dequantised models, following the platform's conventions.
+
+    In order: ``cache_dir``; ``$FLASHSTATS_CACHE``; ``$XDG_CACHE_HOME/flashstats`` when that variable is
+    set (any platform); ``%LOCALAPPDATA%\flashstats\Cache`` on Windows; ``~/Library/Caches/flashstats``
+    on macOS; ``~/.cache/flashstats`` elsewhere (the XDG default).
+    """
     if cache_dir is not None:
         return Path(cache_dir)
     env = os.environ.get("FLASHSTATS_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "flashstats"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():  # the XDG spec: a relative value is invalid and ignored
+        return Path(xdg) / "flashstats"
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return (Path(local) if local else Path.home() / "AppData" / "Local") / "flashstats" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "flashstats"
+    return Path.home() / ".cache" / "flashstats"
 
 
 def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -70,7 +86,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kw)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
         # The weights are dequantised in memory; drop the GGUF marker so that they save as plain safetensors.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # an attribute Transformers does not declare
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)
@@ -117,10 +133,12 @@ def load_model(
             raise FileNotFoundError(f"no GGUF file at {name_or_path}")
         path = dequantized_gguf(name_or_path, cache_dir)
     else:
-        path = name_or_path
+        path = str(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model.eval()
     if device is not None:
-        model.to(device)
+        torch.nn.Module.to(
+            model, device
+        )  # (Transformers' wrapper of `to` hides its signature from type checkers)
     return model, tokenizer

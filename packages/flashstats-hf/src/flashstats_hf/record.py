@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
@@ -163,15 +164,31 @@ def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleLi
     return body, layers
 
 
+class _AnswerSlots(Protocol):
+    """Where the answer tokens are: what the hidden-state hooks read."""
+
+    @property
+    def answer_pos(self) -> torch.Tensor:
+        """``[B, A] int64`` position of answer slot ``a``."""
+
+    @property
+    def answer_mask(self) -> torch.Tensor:
+        """``[B, A] bool``: which slots hold an answer token."""
+
+
 class _HiddenCapture:
     """Forward hooks that keep the states of the requested layers at the answer positions only."""
 
-    def __init__(self, layers: torch.nn.ModuleList, indices: tuple[int, ...], batch: _Batch) -> None:
+    def __init__(
+        self, layers: torch.nn.ModuleList, indices: tuple[int, ...], batch: _AnswerSlots | None
+    ) -> None:
         self.indices, self.batch, self.layers = indices, batch, layers
         self.states: dict[int, torch.Tensor] = {}
         self._handles: list = []
 
     def _keep(self, index: int, hidden: torch.Tensor) -> None:
+        if self.batch is None:
+            raise ValueError("hidden states were requested without answer positions")
         pos = self.batch.answer_pos[..., None].expand(-1, -1, hidden.shape[-1])  # [B, A, Dm]
         got = hidden.expand(pos.shape[0], -1, -1).gather(1, pos).float()  # packed: hidden is [1, T, Dm]
         self.states[index] = torch.where(self.batch.answer_mask[..., None], got, 0.0)
@@ -223,10 +240,11 @@ def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
     The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
     would not fit for long answers); the final logit soft-cap is applied when the model has one.
     """
-    head = model.get_output_embeddings()
+    head = getattr(model, "get_output_embeddings", lambda: None)()
     if head is None:
         raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
-    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    config = getattr(model, "config", None)
+    cap = getattr(config.get_text_config(), "final_logit_softcapping", None) if config is not None else None
     parts = []
     for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
         logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
@@ -296,7 +314,7 @@ def _padded_plan(input_ids, scored, request: StatsRequest, batch: _Batch, backen
 
 def _packed_plan(packing: Packing, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
     """The plan of a packed forward: sink positions move from padded to per-document positions."""
-    sinks = request.sink_positions - packing.n_pad
+    sinks = torch.as_tensor(request.sink_positions, device=packing.n_pad.device) - packing.n_pad
     return Plan(
         layers=frozenset(scored),
         request=dataclasses.replace(request, sink_positions=sinks),

@@ -218,7 +218,8 @@ def check_problem(
 ) -> Problem:
     """Validates every argument of a call and normalises the options (see `Problem`)."""
     b, hq, hkv, r, seq, d = check_qk(q, k, v)
-    device = q.device  # type: ignore[union-attr]
+    assert isinstance(q, torch.Tensor)  # check_qk raised otherwise
+    device = q.device
     scale_f, softcap_f, window_i = check_options(scale, softcap, window, d)
     return Problem(
         batch=b,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import torch
 
@@ -132,7 +133,7 @@ def decode_attention(
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be None or a positive int, got {splits!r}")
     sinks = normalize_sink_positions(request.sink_positions, b, dev) if request.lookups else None
-    args = dict(
+    args: dict[str, Any] = dict(
         key_mask=mask, prompt_len=plen, scale=scale_f, softcap=softcap_f, window=window_i, rows=request.rows,
         sink_positions=sinks, diag_eps=request.diag_eps, columns=state, splits=splits,
     )  # fmt: skip

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
     from halluprobe.cache import FeatureCache
     from halluprobe.detector import Detector, Prediction
     from halluprobe.detectors import INTRYGUE, RAUQ, TOHA, LLMCheckAttention, LookbackLens, SinkProbe, mtopdiv
-    from halluprobe.extract import ProxyExtractor, extract_records
+    from halluprobe.distributed import World, init_world, shard_batches
+    from halluprobe.extract import ProxyExtractor, extract_records, plan_batches
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
+    from halluprobe.streaming import StreamingScorer, StreamUpdate
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,10 @@ _EXPORTS = {
     "mtopdiv": "detectors",
     "ProxyExtractor": "extract",
     "extract_records": "extract",
+    "plan_batches": "extract",
+    "World": "distributed",
+    "init_world": "distributed",
+    "shard_batches": "distributed",
     "induction_scores": "induction",
     "rank_heads": "induction",
     "ProbeFit": "protocol",
@@ -50,6 +56,8 @@ _EXPORTS = {
     "train_feature_sets": "protocol",
     "ExampleRecord": "records",
     "reduce_forward": "records",
+    "StreamingScorer": "streaming",
+    "StreamUpdate": "streaming",
 }
 
 __all__ = [
@@ -68,16 +76,22 @@ __all__ = [
     "ProxyExtractor",
     "RAUQ",
     "SinkProbe",
+    "StreamUpdate",
+    "StreamingScorer",
     "TOHA",
+    "World",
     "extract_records",
     "fit_blocks",
     "induction_scores",
+    "init_world",
     "mtopdiv",
     "parse_feature_set",
+    "plan_batches",
     "rank_heads",
     "reduce_forward",
     "select_heads",
     "select_sink_count",
+    "shard_batches",
     "train_feature_sets",
 ]
 

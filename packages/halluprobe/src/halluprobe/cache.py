@@ -7,6 +7,8 @@ index.json            # format version, the extraction settings, and the list of
 shard-00000.safetensors
 shard-00001.safetensors
 ...
+parts/rank-00000/         # a distributed extraction: one part per rank (its own index and shards),
+parts/rank-00001/         # listed in index.json by rank 0 when the ranks are done
 ```
 
 Every file is written to a temporary name in the same folder and renamed into place, so a run killed
@@ -32,6 +34,9 @@ from halluprobe.records import ExampleRecord
 
 CACHE_FORMAT = 1
 """Version of the cache layout; a cache of another version is rejected."""
+
+PARTS = "parts"
+"""Sub-folder of a cache that holds the parts of a distributed extraction (one per rank)."""
 
 _ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "answer_len", "prompt_len"))
 
@@ -74,21 +79,68 @@ class FeatureCache:
         self.root = Path(root)
         self.settings = json.loads(json.dumps(settings))
         self._index_path = self.root / "index.json"
-        if self._index_path.exists():
-            index = json.loads(self._index_path.read_text())
-            if index.get("format") != CACHE_FORMAT:
-                raise ValueError(
-                    f"cache {self.root} has format {index.get('format')!r}; this halluprobe reads format "
-                    f"{CACHE_FORMAT}. Delete the folder or choose another --out."
-                )
-            if index.get("settings") != self.settings:
-                raise ValueError(
-                    f"cache {self.root} was made with settings {index.get('settings')}, not {self.settings}; "
-                    "delete it or choose another folder"
-                )
-            self._shards: list[dict[str, Any]] = index["shards"]
-        else:
-            self._shards = []
+        self._shards: list[dict[str, Any]] = self._read_index()
+
+    def _read_index(self) -> list[dict[str, Any]]:
+        """The shards listed in ``index.json`` (none when it does not exist), after checking it."""
+        if not self._index_path.exists():
+            return []
+        index = json.loads(self._index_path.read_text())
+        if index.get("format") != CACHE_FORMAT:
+            raise ValueError(
+                f"cache {self.root} has format {index.get('format')!r}; this halluprobe reads format "
+                f"{CACHE_FORMAT}. Delete the folder or choose another --out."
+            )
+        if index.get("settings") != self.settings:
+            raise ValueError(
+                f"cache {self.root} was made with settings {index.get('settings')}, not {self.settings}; "
+                "delete it or choose another folder"
+            )
+        return index["shards"]
+
+    def refresh(self) -> None:
+        """Re-read the index (after another process, e.g. rank 0 of a distributed run, changed it)."""
+        self._shards = self._read_index()
+
+    def part(self, name: str) -> FeatureCache:
+        """A cache of the same settings in ``parts/<name>/``, filled by one writer on its own.
+
+        Each rank of a distributed extraction writes its own part;
+        [`merge_parts`][halluprobe.FeatureCache.merge_parts] then lists the parts' shards in this
+        cache's index. Readers of this cache see a part's records only after the merge.
+        """
+        if not name or name.startswith(".") or "/" in name or "\\" in name:
+            raise ValueError(f"a cache part needs a plain folder name, got {name!r}")
+        return FeatureCache(self.root / PARTS / name, self.settings)
+
+    def merge_parts(self) -> int:
+        """List every part's shards not yet listed here in this index (one atomic write); returns their count.
+
+        Parts are merged in name order and shards in their order, so the index is the same whichever
+        process wrote a part first. Only one process may merge at a time (rank 0, while the others wait).
+
+        Raises:
+            ValueError: a part was made with other settings, or a part's shard repeats a cached id.
+        """
+        listed = {s["file"] for s in self._shards}
+        known = self.ids
+        added: list[dict[str, Any]] = []
+        for index_path in sorted((self.root / PARTS).glob("*/index.json")):
+            prefix = index_path.parent.relative_to(self.root).as_posix()
+            for shard in FeatureCache(index_path.parent, self.settings)._shards:
+                file = f"{prefix}/{shard['file']}"
+                if file in listed:
+                    continue
+                if known & set(shard["ids"]):
+                    raise ValueError(f"cache part shard {file} repeats ids already cached; delete the cache")
+                added.append({**shard, "file": file})
+                known |= set(shard["ids"])
+        if added:
+            shards = [*self._shards, *added]
+            index = {"format": CACHE_FORMAT, "settings": self.settings, "shards": shards}
+            atomic_write_bytes(self._index_path, json.dumps(index, indent=1).encode())
+            self._shards = shards
+        return len(added)
 
     @property
     def ids(self) -> set[str]:

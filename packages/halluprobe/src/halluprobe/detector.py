@@ -20,11 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from halluprobe.blocks import Standardizer, block_from_state
+
+if TYPE_CHECKING:
+    from flashstats_hf import ForwardStats
+
+    from halluprobe.extract import ProxyExtractor
 from halluprobe.cache import atomic_write_bytes, sha256_file
 from halluprobe.protocol import ProbeFit
 
@@ -77,7 +82,7 @@ class Detector:
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
-        self._extractor = None
+        self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
         """Write ``path/detector.json`` and ``path/detector.safetensors`` (atomically); returns ``path``."""
@@ -182,22 +187,38 @@ class Detector:
         Returns:
             A [`Prediction`][halluprobe.Prediction].
         """
-        from halluprobe.records import reduce_forward, token_records
-
         ext = self.extractor(device)
         ids, start = ext.encode(_Triple("query", context, question, answer))
         fs = ext.forward([(ids, start)])
+        return self.score_stats(fs, [ext.tokenizer.decode([t]) for t in ids[start:]])
+
+    def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
+        """Score the statistics of one answer (batch of 1) from any recording path.
+
+        [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
+        streaming scorer ([`halluprobe.StreamingScorer`][]) from a
+        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions.
+
+        Args:
+            fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
+                layers, hidden layers, logits and the default request.
+            tokens: The answer tokens as text (for display).
+
+        Returns:
+            A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
+        """
+        from halluprobe.records import reduce_forward, token_records
+
         (record,) = reduce_forward(fs, ["query"])
         logit = float(self.fit.decision_function([record])[0])
         token_logits = self.fit.decision_function(token_records(fs, 0, record))
         prob = 1.0 / (1.0 + np.exp(-logit))
-        tokens = [ext.tokenizer.decode([t]) for t in ids[start:]]
         return Prediction(
             probability=prob,
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
             token_scores=1.0 / (1.0 + np.exp(-token_logits)),
-            tokens=tokens,
+            tokens=list(tokens),
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from halluprobe.cache import FeatureCache
+from halluprobe.distributed import World, my_batches, run_shard
 from halluprobe.records import ExampleRecord, reduce_forward
 
 
@@ -77,6 +78,7 @@ def extract_records(
     length: Callable[[Any], int] | None = None,
     progress: bool = False,
     desc: str = "extract",
+    world: World | None = None,
 ) -> list[ExampleRecord]:
     """Compute the records of the examples not yet cached, then return all of them in input order.
 
@@ -92,27 +94,37 @@ def extract_records(
         token_budget: Most tokens (``length`` units) per forward; None: ``batch_size`` alone decides.
         window: Examples sorted by length together (None: all of them).
         length: Sort key and cost of an example (its tokens for a token budget).
-        progress: Show a tqdm progress bar.
+        progress: Show a tqdm progress bar (rank 0 only, over its own share).
         desc: Label of the progress bar.
+        world: The process's place in a distributed run ([`init_world`][halluprobe.init_world]):
+            every process plans the same batches, computes its share into its own cache part, and
+            rank 0 merges the parts. None: one process.
     """
+    world = world if world is not None else World()
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
         raise ValueError("extract_records needs distinct example ids")
+    if world.main:  # parts left by an interrupted distributed run count as done
+        cache.merge_parts()
+    world.barrier()
+    cache.refresh()
     done = cache.ids
     key = length or (lambda ex: len(ex.context) + len(ex.question) + len(ex.answer))
     todo = [ex for ex in examples if ex.id not in done]
-    plan = plan_batches(
-        [key(ex) for ex in todo], batch_size=batch_size, token_budget=token_budget, window=window
-    )
+    lengths = [key(ex) for ex in todo]
+    plan = plan_batches(lengths, batch_size=batch_size, token_budget=token_budget, window=window)
+    if world.size > 1:
+        plan = [plan[i] for i in my_batches([[lengths[j] for j in b] for b in plan], world)]
     batches = [[todo[i] for i in batch] for batch in plan]
-    if progress and batches:
+    bar = None
+    if progress and batches and world.main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc=desc, unit="ex")
-    else:
-        bar = None
+        bar = tqdm(total=sum(map(len, batches)), desc=desc, unit="ex")
     try:
-        for batch in batches:
+        if world.size > 1:
+            run_shard(batches, compute, cache, world, on_batch=None if bar is None else bar.update)
+        for batch in batches if world.size == 1 else ():
             records = compute(batch)
             if [r.id for r in records] != [ex.id for ex in batch]:
                 raise ValueError("compute must return one record per example, in batch order")
@@ -171,7 +183,7 @@ class ProxyExtractor:
         return {
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
-            "hidden_layers": list(self.hidden_layers),
+            "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
         }
 

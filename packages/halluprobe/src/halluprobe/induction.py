@@ -10,13 +10,18 @@ are short, so the dense map is cheap.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @torch.no_grad()
 def induction_scores(
-    model: torch.nn.Module, *, block: int = 40, n_seqs: int = 4, seed: int = 0
+    model: PreTrainedModel, *, block: int = 40, n_seqs: int = 4, seed: int = 0
 ) -> np.ndarray:
     """``[n_layers, H] float64`` mean induction attention of every head of every layer.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -91,12 +92,14 @@ def fit_blocks(
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(val) for b in blocks]))
     m = _metrics()
-    best = None
+    best: tuple[float, float, Any] | None = None
     for c in sorted(cs):
         lr = _logreg(c).fit(z_tr, y_train)
         score = float(m.auroc(lr.decision_function(z_va), y_val))
         if best is None or score > best[0]:
             best = (score, c, lr)
+    if best is None:
+        raise ValueError("cs must hold at least one regularisation strength C")
     score, c, lr = best
     p_val = lr.predict_proba(z_va)[:, list(lr.classes_).index(1)]
     threshold = float(m.select_threshold(p_val, y_val))
@@ -154,7 +157,7 @@ def select_sink_count(
     m = _metrics()
     scores: dict[int, float] = {}
     for k in range(1, MAX_SINKS + 1):
-        per_c = {c: [] for c in cs}
+        per_c: dict[float, list[float]] = {c: [] for c in cs}
         for tr, te in splits:
             if len(set(y[te])) < 2 or len(set(y[tr])) < 2:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,9 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray) ->
     figs = {"roc.png": plt.subplots(figsize=(5.5, 5)), "pr.png": plt.subplots(figsize=(5.5, 5))}
     for i, (name, s) in enumerate(test_scores.items()):
         roc, pr = _curves(np.asarray(s, dtype=np.float64), y)
-        style = dict(label=name, lw=1.2, color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3])
+        style: dict[str, Any] = dict(
+            label=name, lw=1.2, color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3]
+        )
         figs["roc.png"][1].plot(*roc, **style)
         figs["pr.png"][1].plot(*pr, **style)
     ax = figs["roc.png"][1]

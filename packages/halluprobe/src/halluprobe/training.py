@@ -123,7 +123,7 @@ def _addition_tests(fits, test_scores, y, groups) -> list[dict[str, Any]]:
     """Paired group bootstrap (100,000 resamples, seed 42) of F1 for each block addition, Holm-corrected."""
     from halubench_data.metrics import holm, paired_bootstrap
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for base, full in ADDITIONS:
         if base in fits and full in fits:
             res = paired_bootstrap(

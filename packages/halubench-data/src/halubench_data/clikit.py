@@ -209,7 +209,7 @@ def run(
     _STATE["quiet"] = bool(getattr(args, "quiet", False))
     name = getattr(args, dest, None) if isinstance(commands, Mapping) else None
     prog = f"{parser.prog} {name}" if name else parser.prog
-    fn = commands[name] if isinstance(commands, Mapping) else commands
+    fn = commands[str(name)] if isinstance(commands, Mapping) else commands
     try:
         code = fn(args)
     except KeyboardInterrupt:

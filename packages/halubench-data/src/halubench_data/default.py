@@ -333,7 +333,7 @@ STUDY = (
     ),
 )
 
-JOURNALS = (
+JOURNALS: list[str] = (
     "Corrosion Letters|Applied Surfaces|Materials Today Notes|Metal Science Review|Coatings Journal".split(
         "|"
     )

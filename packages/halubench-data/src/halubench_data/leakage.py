@@ -164,7 +164,7 @@ def _overlap_pairs(keys: list[tuple[str, str]], n: int, min_share: float) -> lis
     for k, (s, _) in enumerate(keys):
         for g in grams[k]:
             postings[(s, g)].append(k)
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     for i, (s, _) in enumerate(keys):
         if not grams[i]:
             continue
@@ -211,7 +211,7 @@ def assign_splits(
     order = sorted(per_group)
     random.Random(seed).shuffle(order)
     order.sort(key=lambda g: -sum(per_group[g].values()))  # stable: shuffled order among equal sizes
-    fill = [defaultdict(int) for _ in SPLITS]
+    fill: list[dict[Hashable, int]] = [defaultdict(int) for _ in SPLITS]
     out: dict[str, Split] = {}
     for g in order:
         cost = []
@@ -243,7 +243,7 @@ def balance_lengths(lengths: Sequence[int], labels: Sequence[int], *, seed: int 
     if ln.shape != y.shape or ln.ndim != 1:
         raise ValueError(f"lengths and labels must be 1-D of equal length, got {ln.shape} and {y.shape}")
     rng = np.random.default_rng(seed)
-    keep = []
+    keep: list[int] = []
     for length in np.unique(ln):
         pos = np.flatnonzero((ln == length) & (y == 1))
         neg = np.flatnonzero((ln == length) & (y == 0))

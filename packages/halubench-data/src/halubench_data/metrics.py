@@ -323,6 +323,7 @@ def paired_bootstrap(
     if not np.isfinite(delta):
         raise ValueError(f"{metric} is undefined on these labels (need both classes)")
     if metric == "auroc":  # same denominators: one matmul on the difference of the pair matrices
+        assert st_a.k is not None and st_b.k is not None  # both classes present: delta is finite
         st_b.k = st_b.k - st_a.k
         st_a.k = np.zeros_like(st_a.k)
     rng = np.random.default_rng(seed)

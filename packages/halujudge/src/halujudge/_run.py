@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,10 @@ def load_dataset(spec: str, source: str | Path | None = None) -> Dataset:
 
     if spec in ("ragtruth", "ragtruth-qa"):
         return builders.build_ragtruth(source, tasks=["QA"] if spec == "ragtruth-qa" else builders.TASKS)
-    simple = {"halubench": builders.build_halubench, "trivia-plus": builders.build_trivia_plus,
-              "phantom": builders.build_phantom, "faithbench": builders.build_faithbench}  # fmt: skip
+    simple: dict[str, Callable[[str | Path], Dataset]] = {
+        "halubench": builders.build_halubench, "trivia-plus": builders.build_trivia_plus,
+        "phantom": builders.build_phantom, "faithbench": builders.build_faithbench,
+    }  # fmt: skip
     if spec in simple:
         return simple[spec](source)
     return builders.build_claims(spec, source)

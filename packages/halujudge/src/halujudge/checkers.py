@@ -52,6 +52,7 @@ class _PairScorer:
 
     name = "checker"
     model_id = "checker"
+    tokenizer: Any
     batch_size = 8
     include_question = True
 
@@ -322,6 +323,7 @@ class HHEM(_PairScorer):
         Raises:
             WeightsNotFoundError: naming the missing file and the download that provides it.
         """
+        import torch
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoTokenizer, T5ForTokenClassification
 
@@ -344,7 +346,7 @@ class HHEM(_PairScorer):
                 f"{weights} does not match T5ForTokenClassification({source.name}): missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}"
             )
-        return cls(net.to(device).eval(), tokenizer, model_id="HHEM-2.1-Open", **kwargs)
+        return cls(torch.nn.Module.to(net, device).eval(), tokenizer, model_id="HHEM-2.1-Open", **kwargs)
 
     def _settings(self) -> str:
         return f"hhem max_tokens={self.max_tokens}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,7 @@ def build_claims(name: str, path: str | os.PathLike[str], *, seed: int = 42) -> 
     col = Collector(str(path))
     for file in _files(name, path):
         for lineno, row in read_json_lines(file, col):
-            col.add(str(file), lineno, lambda row=row, lineno=lineno, file=file: claim_example(
-                name, row, f"{file.stem}-{lineno}"))  # fmt: skip
+            col.add(str(file), lineno, partial(claim_example, name, row, f"{file.stem}-{lineno}"))
     return col.finish(name, seed=seed)
 
 

@@ -11,6 +11,7 @@ Mapping: ``context`` = the article; ``question`` = ``INSTRUCTION``; ``answer`` =
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,6 @@ def build_faithbench(path: str | os.PathLike[str], *, strict: bool = False, seed
             col.add(
                 f"{file} (summary {k})",
                 lineno,
-                lambda summ=summ, sid=source_id, art=article: faithbench_example(sid, art, summ, strict),
+                partial(faithbench_example, source_id, article, summ, strict),
             )
     return col.finish("faithbench", seed=seed)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..dataset import Dataset
 from ..io import RecordError
 from ..leakage import balance_lengths, filings_linked, link_groups
-from ..schema import Example
+from ..schema import Example, Split
 from ._common import Collector
 from .tabular import FieldMap, fill_groups, read_rows, row_example
 
@@ -58,8 +59,10 @@ def _from_rows(
     rows: Iterable[tuple[int, Any]], col: Collector, where: str, seed: int, apply_filters: bool
 ) -> Dataset:
     for line, row in rows:
-        col.add(where, line, lambda row=row, line=line: row_example(
-            row, line, prefix="halubench", fields=HALUBENCH_FIELDS, split_sources=True))  # fmt: skip
+        make = partial(
+            row_example, row, line, prefix="halubench", fields=HALUBENCH_FIELDS, split_sources=True
+        )
+        col.add(where, line, make)
     if apply_filters:
         _halubench_filter(col, seed)
     else:
@@ -126,8 +129,9 @@ PHANTOM_10K_2000 = "PhantomDataset/Phantom_10k_2000tokens_middle.csv"
 """The split the paper uses (Appendix H): 10-K filings, 2,000-token documents with the answer-bearing
 passage in the middle (980 rows, 490 per label)."""
 
-_RELEASE_SPLITS = {"train": "train", "valid": "validation", "validation": "validation", "dev": "validation",
-                   "test": "test"}  # fmt: skip
+_RELEASE_SPLITS: dict[str, Split] = {
+    "train": "train", "valid": "validation", "validation": "validation", "dev": "validation", "test": "test",
+}  # fmt: skip
 _SOURCE_ALIASES = {"ms_marco": "msmarco"}
 
 
@@ -178,9 +182,7 @@ def _build_table(
     path = Path(path)
     col = Collector(str(path))
     for line, row in read_rows(path, col):
-        col.add(
-            str(path), line, lambda row=row, line=line: _table_example(row, line, name, fields, split_sources)
-        )
+        col.add(str(path), line, partial(_table_example, row, line, name, fields, split_sources))
     exs = col.examples
     keep = release_splits and bool(exs) and all(e.split is not None for e in exs)
     if keep:  # groups are formed within each released split; count contexts the release shares across splits
@@ -191,7 +193,7 @@ def _build_table(
         if shared:
             col.filtered["contexts shared across the release's splits (kept as released)"] = shared
         position = {id(x): n for n, x in enumerate(exs)}
-        pairs = []
+        pairs: list[tuple[Example, Example]] = []
         for part in ("train", "validation", "test"):
             rows = [x for x in exs if x.split == part]
             pairs += zip(rows, _grouped(rows, link, part), strict=True)

@@ -131,7 +131,8 @@ def fill_groups(examples: Iterable[Example]) -> list[Example]:
     """Give examples without a group the group of their exact context (per source)."""
     from dataclasses import replace
 
-    out, ids = [], {}
+    out: list[Example] = []
+    ids: dict[tuple[str, str], int] = {}
     for ex in examples:
         if not ex.group:
             key = (ex.source, ex.context)

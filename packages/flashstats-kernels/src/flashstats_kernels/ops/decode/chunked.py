@@ -8,6 +8,8 @@ This is the CPU path; it reads ``kv_len`` on the host.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from flashstats_kernels.ops._tiles import tile_visibility
@@ -60,7 +62,9 @@ def decode_torch(
     del splits
     kv, vv = k[:, :, :kv_len], v[:, :, :kv_len]
     mask = None if key_mask is None else key_mask[:, :kv_len]
-    opts = dict(key_mask=mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window)
+    opts: dict[str, Any] = dict(
+        key_mask=mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window
+    )
     out, lse, row_stats = forward_torch(q, kv, vv, rows=rows, **opts)
     result = AttentionResult(out=out, lse=lse, rows=row_stats)
     if sink_positions is not None:

@@ -8,6 +8,8 @@ valid part of the cache, plus the increments that the rows add to the running co
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from flashstats_kernels.ops.columns.naive import naive_counted_rows
@@ -53,7 +55,7 @@ def naive_decode(
     cache = k.shape[2]
     kv, vv = k[:, :, :kv_len], v[:, :, :kv_len]
     mask = None if key_mask is None else key_mask[:, :kv_len]
-    opts = dict(key_mask=mask, scale=scale, softcap=softcap, window=window)
+    opts: dict[str, Any] = dict(key_mask=mask, scale=scale, softcap=softcap, window=window)
     out, lse, _ = naive_forward(q, kv, vv, prompt_len=prompt_len, **opts)
     s, visible, _, p = naive_probabilities(q, kv, **opts)
     lookups: LookupStats = naive_lookups_from_probs(

@@ -1,8 +1,7 @@
-"""``uv build --package flashstats-kernels`` yields a wheel that requires torch and triton only."""
+"""Built sdists and wheels: the kernels wheel requires torch and triton only; each one ships the licence."""
 
 import re
-import shutil
-import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -26,15 +25,8 @@ def wheel_requirements(wheel: Path) -> set[str]:
     return reqs
 
 
-@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
-def test_kernels_wheel_requires_only_torch_and_triton(tmp_path):
-    subprocess.run(
-        ["uv", "build", "--package", "flashstats-kernels", "--wheel", "--out-dir", str(tmp_path), "--quiet"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = tmp_path.glob("flashstats_kernels-*.whl")
+def test_kernels_wheel_requires_only_torch_and_triton(dists):
+    (wheel,) = dists.glob("flashstats_kernels-*.whl")
     reqs = wheel_requirements(wheel)
     assert {"torch", "triton"} <= reqs
     assert reqs <= ALLOWED_REQUIREMENTS, f"unexpected requirements: {reqs - ALLOWED_REQUIREMENTS}"
@@ -53,3 +45,24 @@ def test_requirement_parser_sees_a_third_party_requirement(tmp_path):
             "Requires-Dist: pytest; extra == 'test'\n",
         )
     assert wheel_requirements(wheel) == {"torch", "transformers"}
+
+
+PACKAGES = ["flashstats_kernels", "flashstats_hf", "halluprobe", "halujudge", "halubench_data"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_licence_is_in_every_sdist_and_wheel(dists, name):
+    licence = (ROOT / "LICENSE").read_bytes()
+    (wheel,) = dists.glob(f"{name}-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (entry,) = [n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert zf.read(entry) == licence
+        meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta and "License-File: LICENSE" in meta
+    assert "Project-URL: Repository, https://" in meta
+    (sdist,) = dists.glob(f"{name}-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        top = tf.getnames()[0].split("/")[0]
+        member = tf.extractfile(f"{top}/LICENSE")
+        assert member is not None and member.read() == licence
+        assert f"{top}/CHANGELOG.md" in tf.getnames()

@@ -1,0 +1,153 @@
+"""Streaming scores on a tiny random Llama with a word-level chat tokenizer and a detector fitted on it.
+
+The running probability after every update equals the detector on the answer so far recorded by one
+teacher-forced forward, and the last update equals ``Detector.predict`` of the finished answer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flashstats_hf import ATTN_IMPLEMENTATION, format_prompt
+from halluprobe import Detector, StreamingScorer
+from halluprobe.cli import main
+from halluprobe.extract import ProxyExtractor
+from halluprobe.protocol import fit_blocks, make_blocks
+from halluprobe.records import reduce_forward
+from halluprobe.streaming import stream_text_chunks
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+WORDS = [f"w{i}" for i in range(90)]
+TEMPLATE = (
+    "{% for m in messages %}{{ m.role }} : {{ m.content }} ; {% endfor %}"
+    "{% if add_generation_prompt %}assistant : {% endif %}"
+)
+PROB_TOL = 1e-4  # probabilities from statistics equal to 1e-5 (fp32), through a standardised linear probe
+
+
+def _tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {w: i for i, w in enumerate(["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", eos_token="</s>", pad_token="[UNK]"
+    )
+    fast.chat_template = TEMPLATE
+    return fast
+
+
+def _text(rng, n: int) -> str:
+    return " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=3, initializer_range=0.3,
+    )  # fmt: skip
+    cfg._attn_implementation = ATTN_IMPLEMENTATION
+    ext = ProxyExtractor(LlamaForCausalLM(cfg).eval(), _tokenizer())
+    rng = np.random.default_rng(0)
+    encoded = [ext.encode(_Ex(f"e{i}", _text(rng, 12), _text(rng, 3), _text(rng, 5))) for i in range(40)]
+    recs = []
+    for i in range(0, 40, 8):
+        recs += reduce_forward(ext.forward(encoded[i : i + 8]), [f"e{j}" for j in range(i, i + 8)])
+    y = np.arange(40) % 2
+    fit = fit_blocks(
+        make_blocks("A7A64L9", heads=[0, 5], k=2), "A7A64L9", recs[:24], y[:24], recs[24:], y[24:]
+    )
+    det = Detector(fit, None, None, ext.hidden_layers)
+    det._extractor = ext
+    return det
+
+
+class _Ex:
+    def __init__(self, id, context, question, answer):
+        self.id, self.context, self.question, self.answer = id, context, question, answer
+
+
+def _teacher_forced(det: Detector, prompt: list[int], answer: list[int]):
+    ext = det.extractor()
+    return det.score_stats(ext.forward([(prompt + answer, len(prompt))]), ["?"] * len(answer))
+
+
+def test_following_chunks_equals_teacher_forced_predict(detector):
+    rng = np.random.default_rng(5)
+    context, question, answer = _text(rng, 14), _text(rng, 3), _text(rng, 9)
+    follower = StreamingScorer(detector).follow(context, question)
+    updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
+    updates.append(follower.finish())
+    assert [u.answer_tokens for u in updates] == [1, 3, 5, 7, 8, 9] and updates[-1].done
+    assert sum(len(u.tokens) for u in updates) == 9 and updates[0].tokens == [answer.split()[0]]
+    prompt = format_prompt(detector.extractor().tokenizer, context, question)
+    for u in updates:  # the running probability is the detector on the answer so far
+        ref = _teacher_forced(detector, prompt, follower.answer_ids[: u.answer_tokens])
+        assert u.probability == pytest.approx(ref.probability, abs=PROB_TOL)
+        np.testing.assert_allclose(u.token_scores, ref.token_scores[-len(u.tokens) :], atol=PROB_TOL)
+    final = detector.predict(context, question, answer)
+    assert updates[-1].probability == pytest.approx(final.probability, abs=PROB_TOL)
+    assert updates[-1].label == final.label
+    np.testing.assert_allclose(follower.prediction().token_scores, final.token_scores, atol=PROB_TOL)
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampling"])
+def test_self_generation_scores_equal_teacher_forced(detector, sample):
+    rng = np.random.default_rng(7)
+    context, question = _text(rng, 10), _text(rng, 2)
+    updates = list(
+        StreamingScorer(detector).generate(context, question, max_new_tokens=6, do_sample=sample, seed=3)
+    )
+    assert updates and updates[-1].done and not any(u.done for u in updates[:-1])
+    ids = [t for u in updates for t in u.token_ids]
+    prompt = format_prompt(detector.extractor().tokenizer, context, question)
+    ref = _teacher_forced(detector, prompt, ids)
+    assert updates[-1].probability == pytest.approx(ref.probability, abs=PROB_TOL)
+    with pytest.raises(ValueError, match="max_new_tokens >= 1"):
+        next(StreamingScorer(detector).generate(context, max_new_tokens=0))
+
+
+def test_follower_errors(detector):
+    follower = StreamingScorer(detector).follow("w1 w2", "w3")
+    assert follower.add("   ") is None
+    with pytest.raises(ValueError, match="the answer is empty"):
+        follower.finish()
+    with pytest.raises(TypeError, match="text must be a str"):
+        follower.add(3)
+
+
+def test_stream_text_chunks_keep_every_character():
+    text = "  a bb  ccc d \n"
+    chunks = list(stream_text_chunks(text, 2))
+    assert "".join(chunks) == text and len(chunks) == 3
+
+
+def test_cli_stream_json_lines(detector, tmp_path, capsys, monkeypatch):
+    detector.save(tmp_path / "det")
+    ext = detector.extractor()  # the loaded copy binds to the tiny proxy, not the default SmolLM2
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    rng = np.random.default_rng(9)
+    context, answer = _text(rng, 10), _text(rng, 5)
+    code = main(
+        ["stream", str(tmp_path / "det"), "--context", context, "--answer", answer, "--chunk", "2", "--json"]
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [x["event"] for x in lines] == ["tokens"] * (len(lines) - 1) + ["done"]
+    assert sum(len(x["tokens"]) for x in lines[:-1]) == 5
+    final = detector.predict(context, "", answer)
+    assert lines[-1]["probability"] == pytest.approx(final.probability, abs=PROB_TOL)
+    assert (
+        main(["stream", str(tmp_path / "det"), "--context", context, "--generate", "--max-new-tokens", "3"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "p(hallucinated)" in out
+    assert (
+        main(["stream", str(tmp_path / "det"), "--context", context]) == 2
+    )  # neither --answer nor --generate
