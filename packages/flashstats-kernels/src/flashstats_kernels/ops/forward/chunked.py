@@ -106,8 +106,8 @@ def forward_torch(
         k0, k1 = key_span(r0, r1, r, seq, window)  # keys after the tile's last row or before its first
         s = tile_scores(qg[:, :, :, r0:r1], kt[..., k0:k1], scale=scale, softcap=softcap)
         vis = tile_visibility(r0, r1, r, seq, key_mask=key_mask, window=window, device=q.device)[..., k0:k1]
-        tile = _tile_forward(s, vis[:, None, None], vt[..., k0:k1, :], is_prompt[..., k0:k1], rows)
-        for acc_list, t in zip(results, tile, strict=True):
+        parts = _tile_forward(s, vis[:, None, None], vt[..., k0:k1, :], is_prompt[..., k0:k1], rows)
+        for acc_list, t in zip(results, parts, strict=True):
             acc_list.append(t)
     merged = [torch.cat(parts, dim=3).flatten(1, 2) for parts in results]  # [B, Hq, R, ...]
     out = merged[0].to(q.dtype)
