@@ -200,7 +200,11 @@ def report(csv, out) -> None:
     text += (
         "Random weights, bf16, batch 1, decoder body, every layer scored with rows, lookups and columns.\n\n"
     )
-    (out / "families.md").write_text(text + markdown_table(head, table))
+    text += markdown_table(head, table) + "\n## Every measurement\n\n"
+    raw = [[r["model"], r["L"], r["R"], r["mode"], r["ms"], r["peak_mib"]] for r in csv.rows]
+    (out / "families.md").write_text(
+        text + markdown_table(["model", "L", "R", "mode", "ms", "peak MiB"], raw)
+    )
 
 
 def main() -> None:
