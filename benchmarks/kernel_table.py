@@ -96,6 +96,35 @@ def write_markdown(csv, path) -> None:
     path.write_text(text + markdown_table(head, out))
 
 
+def plot(csv, path) -> None:
+    """``kernel_table.png``: each tier over Base and SDPA-FA2's time over Base, per head dim (r = 0.3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, length in zip(axes, (16384, 32768), strict=True):
+        rows = [
+            r for r in csv.rows if int(r["L"]) == length and float(r["r"]) == 0.3 and int(r["kv_heads"]) == 8
+        ]
+        dims = sorted({int(r["d"]) for r in rows})
+        for name in ("t1", "t2", "t3", "t3_split", "fa2_block"):
+            at = {int(r["d"]): float(r["vs_base"]) for r in rows if r["provider"] == name}
+            y = [at.get(d, math.nan) for d in dims]
+            label = {"fa2_block": "SDPA-FA2 block", "t3_split": "<=T3 split exp"}.get(
+                name, f"<={name.upper()}"
+            )
+            ax.plot([str(d) for d in dims], y, marker="o", label=label)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"L = {length // 1024}K, r = 0.3")
+        ax.set_xlabel("head dim d")
+    axes[0].set_ylabel("time / Base")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     args = parse_args(__doc__)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +139,7 @@ def main() -> None:
         write_markdown(csv, args.out / "kernel_table.md")
     csv.close()
     write_markdown(csv, args.out / "kernel_table.md")
+    plot(csv, args.out / "kernel_table.png")
 
 
 if __name__ == "__main__":
@@ -120,6 +150,8 @@ if __name__ == "__main__":
         from _perf import LoadedCsv
 
         src = Path(sys.argv[2])
-        write_markdown(LoadedCsv(src, ints=("L", "R", "d", "kv_heads")), src.parent / "kernel_table.md")
+        data = LoadedCsv(src, ints=("L", "R", "d", "kv_heads"))
+        write_markdown(data, src.parent / "kernel_table.md")
+        plot(data, src.parent / "kernel_table.png")
     else:
         main()
