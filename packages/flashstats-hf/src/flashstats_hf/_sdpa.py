@@ -15,7 +15,7 @@ _KERNEL_MAX_HEAD_DIM = 256
 
 
 def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, dropout: float) -> bool:
-    """Whether a soft-capped or windowed layer runs on :func:`base_attention` (no materialised scores).
+    """Whether a soft-capped or windowed layer runs on `base_attention` (no materialised scores).
 
     Layers without either run on SDPA, which is faster there. Training-mode calls (dropout, or inputs
     that need gradients: the Triton kernels have no backward) and head dims above 256 keep the dense path.

@@ -65,7 +65,7 @@ def _col_tile(
     """Add the weights of one response query tile to the column accumulators of the key tile.
 
     Interior tiles (``MASKED`` off) hold only counted rows that see every key of the key tile.
-    ``EXP_FMA`` takes the exponentials on the FMA pipes (:func:`_exp2_fma`) instead of the MUFU.
+    ``EXP_FMA`` takes the exponentials on the FMA pipes (`_exp2_fma`) instead of the MUFU.
     """
     o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
     m_m = o_m < R
