@@ -310,7 +310,7 @@ def _load_state(data_dir: Path, work: Path) -> None:
     from halluprobe import FeatureCache, rank_heads
 
     ext = json.loads((work / "extract.json").read_text())
-    settings = json.loads((work / "cache" / "index.json").read_text())["settings"]
+    settings = json.loads((work / "settings.json").read_text())  # written by the extract phase
     _STATE["datasets"] = data.load(data_dir)
     _STATE["cache"] = FeatureCache(work / "cache", settings)
     _STATE["order"] = rank_heads(np.asarray(ext["induction"]), tuple(ext["layers"]))

@@ -151,7 +151,9 @@ def run(datasets: dict, token_dir: Path, n_boot: int = 500, tasks=data.RAGTRUTH_
     tr, va, te = (_split_tokens(datasets, token_dir, s, tasks) for s in ("train", "validation", "test"))
     scorer, info = _fit(tr, va)
     n_feat = tr[0]["feats"].shape[1]
-    logprob = n_feat - 7  # first logit statistic: answer_logprob
+    from flashstats_hf import LOGIT_STAT_NAMES
+
+    logprob = n_feat - len(LOGIT_STAT_NAMES)  # first logit statistic: answer_logprob
     methods = {
         "token probe (attention + logits)": scorer,
         "negative log-probability": lambda f: -f[:, logprob],

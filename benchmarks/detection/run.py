@@ -66,6 +66,7 @@ def phase_extract(args) -> None:
     ext = ProxyExtractor(model, tok)
     settings = {**ext.settings, "proxy": "SmolLM2-135M-Instruct", "dtype": str(_dtype(args))}
     cache = FeatureCache(args.work / "cache", settings)
+    _write_json(args.work / "settings.json", settings)  # the analysis opens the cache with the same settings
     te = TokenExtractor(ext, backend=args.backend)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -107,6 +107,11 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
 }
 
 
+# methods that the attention function calls on the active recorder: a protocol between modules of the
+# package, not something a user calls, so the pages leave them out
+INTERNAL_MEMBERS = {"flashstats_hf.CachedRecorder": ("wants", "matches", "score_cached")}
+
+
 def public_names(module: str) -> list[str]:
     """The package's ``__all__``, read statically (nothing is imported)."""
     import griffe
@@ -122,7 +127,15 @@ def page(module: str, intro: str, groups: list[tuple[str, list[str]]]) -> str:
     for title, names in groups:
         out += [f"## {title}", ""]
         for name in names:
-            out += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
+            out += [
+                f"::: {module}.{name}",
+                "    options:",
+                "      show_root_heading: true",
+                "      heading_level: 3",
+            ]
+            if hidden := INTERNAL_MEMBERS.get(f"{module}.{name}"):
+                out += ["      filters:", '        - "!^_[^_]"', f'        - "!^({"|".join(hidden)})$"']
+            out += [""]
     if set(public_names(module)) - set(listed):
         out += ["## Other public names", ""]
     exclude = "|".join(listed)

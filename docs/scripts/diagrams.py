@@ -111,7 +111,7 @@ def response_block() -> str:
         (PAD, "padding (key_mask False)"),
     ]
     for k, (face, label) in enumerate(legend):
-        x = -2.0 + k * 4.6
+        x = -2.2 + k * 5.0
         ax.add_patch(Rectangle((x, -3.3), 0.6, 0.6, facecolor=face, edgecolor="#999", lw=0.5))
         ax.text(x + 0.8, -3.0, label, va="center", fontsize=8.5)
     ax.set_xlim(-3.2, n_keys + 7.0)

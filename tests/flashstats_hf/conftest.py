@@ -152,10 +152,10 @@ def eager_statistics(weights, mask, start, sinks=(0,), diag_eps=1e-30, window=No
 
 
 def eager_logit_statistics(logits, ids, start):
-    """The seven logit statistics from full eager logits, by sorting (answer-aligned ``[B, A, 7]``)."""
+    """The logit statistics from full eager logits, by sorting (answer-aligned ``[B, A, 56]``)."""
     bsz, length, _ = logits.shape
     answer = int((length - start).max())
-    out = torch.zeros(bsz, answer, 7, dtype=torch.float64)
+    out = torch.zeros(bsz, answer, 56, dtype=torch.float64)
     for b in range(bsz):
         for a in range(length - int(start[b])):
             p = int(start[b]) + a
@@ -165,9 +165,12 @@ def eager_logit_statistics(logits, ids, start):
             probs = srt.exp()
             rank = 1 + int((logp > logp[y]).sum())
             ent = -(logp.exp() * logp).sum()
-            out[b, a] = torch.tensor(
-                [logp[y], rank, ent, probs[0], probs[0] - probs[1], probs[:5].sum(), srt[0] - logp[y]]
+            ranked = torch.zeros(50, dtype=torch.float64)
+            ranked[: min(50, probs.shape[0])] = probs[:50]
+            scalars = torch.tensor(
+                [logp[y], rank, ent, probs[0] - probs[1], probs[:5].sum(), srt[0] - logp[y]]
             )
+            out[b, a] = torch.cat([scalars, ranked])
     return out
 
 

@@ -157,11 +157,12 @@ def test_errors_name_what_was_expected(helpers):
         rec.feed(ids[:, :8])
         with pytest.raises(RuntimeError, match="inference only"):
             model(input_ids=ids[:, 8:9], past_key_values=rec.cache, use_cache=True)
-        with torch.no_grad(), pytest.raises(ValueError, match="needs the logits of every row"):
+        expected = r"needs the logits of rows 0..2 of this call \(4 tokens, the last 1"
+        with torch.no_grad(), pytest.raises(ValueError, match=expected):
             model(input_ids=ids[:, 8:], past_key_values=rec.cache, use_cache=True, logits_to_keep=1)
 
 
-def _graph_steps(helpers, device, capture, dtype=torch.float32):
+def _graph_steps(helpers, device, capture, dtype=torch.float32, q=1):
     """Prefill on a static cache, then 6 teacher-forced steps through GraphedDecodeStep."""
     model, _ = helpers.tiny_models("qwen3", device)
     model = model.to(dtype)
@@ -173,14 +174,17 @@ def _graph_steps(helpers, device, capture, dtype=torch.float32):
     )
     with rec:
         rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
-        step = GraphedDecodeStep(model, cache, mask[:, :prompt], recorder=rec, capture=capture)
-        logits = [step(ids[:, at : at + 1]) for at in range(prompt, 15)]
+        step = GraphedDecodeStep(
+            model, cache, mask[:, :prompt], recorder=rec, capture=capture, tokens_per_step=q
+        )
+        logits = [step(ids[:, at : at + q]) for at in range(prompt, 15, q)]
     return model, ids, mask, prompt, rec.stats(), logits
 
 
-def test_decode_step_runs_from_device_state_alone(helpers):
+@pytest.mark.parametrize("q", [1, 3], ids=["decode", "chunks-of-3"])
+def test_decode_step_runs_from_device_state_alone(helpers, q):
     """The step code that a graph captures, run eagerly: every answer statistic equals record_forward."""
-    model, ids, mask, prompt, got, _ = _graph_steps(helpers, "cpu", capture=False)
+    model, ids, mask, prompt, got, _ = _graph_steps(helpers, "cpu", capture=False, q=q)
     assert_same_stats(got, _reference(model, ids, mask, prompt))
     with pytest.raises(ValueError, match=r"capture=True\) needs a model on a CUDA device"):
         GraphedDecodeStep(model, StaticCache(config=model.config, max_cache_len=20), mask)

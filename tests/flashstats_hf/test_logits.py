@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from flashstats_hf import LOGIT_STAT_NAMES, logit_statistics
+from flashstats_hf import LOGIT_STAT_NAMES, TOP_RANKS, logit_statistics
 
 
 @pytest.mark.parametrize("shape", [(1, 5), (7, 33), (64, 1000)], ids=lambda s: f"N{s[0]}-V{s[1]}")
@@ -19,14 +21,16 @@ def test_logit_statistics_match_sorted_probabilities(shape):
         srt, order = torch.sort(p, descending=True)
         y = int(targets[n])
         rank = int((order == y).nonzero()) + 1
+        ranked = torch.zeros(TOP_RANKS, dtype=torch.float64)
+        ranked[: min(TOP_RANKS, shape[1])] = srt[:TOP_RANKS]
         exp = [
             p[y].log(),
             rank,
             -(p * p.log()).sum(),
-            srt[0],
             srt[0] - srt[1],
             srt[:5].sum(),
             srt[0].log() - p[y].log(),
+            *ranked.tolist(),
         ]
         torch.testing.assert_close(got[n], torch.tensor(exp, dtype=torch.float64), atol=1e-5, rtol=1e-5)
 
@@ -35,9 +39,18 @@ def test_answer_on_top_gives_rank_one_and_zero_gap():
     logits = torch.tensor([[0.0, 5.0, 1.0, -2.0, 0.5, 0.1]])
     stats = dict(zip(LOGIT_STAT_NAMES, logit_statistics(logits, torch.tensor([1]))[0].tolist(), strict=True))
     assert stats["answer_rank"] == 1.0 and stats["top1_answer_gap"] == 0.0
-    assert stats["answer_logprob"] == pytest.approx(
-        stats["top1_prob"] and torch.log_softmax(logits, -1)[0, 1].item()
-    )
+    assert stats["answer_logprob"] == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())
+    assert math.log(stats["top_prob_1"]) == pytest.approx(stats["answer_logprob"], abs=1e-6)
+
+
+def test_seven_statistics_with_top_fifty_ranks_give_the_papers_224_candidates():
+    # Appendix L.2: six scalar statistics and the top-k probability at every rank up to 50, pooled 4 ways
+    assert TOP_RANKS == 50 and len(LOGIT_STAT_NAMES) == 56 and 4 * len(LOGIT_STAT_NAMES) == 224
+    assert LOGIT_STAT_NAMES[6:] == tuple(f"top_prob_{r}" for r in range(1, 51))
+    logits = torch.randn(3, 30)  # a vocabulary smaller than 50: ranks beyond it are zero
+    out = logit_statistics(logits, torch.zeros(3, dtype=torch.int64))
+    assert out.shape == (3, 56) and torch.all(out[:, 6 + 30 :] == 0)
+    torch.testing.assert_close(out[:, 6 : 6 + 30].sum(-1), torch.ones(3))
 
 
 def test_masked_vocabulary_entries_do_not_make_nans():

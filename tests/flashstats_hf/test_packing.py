@@ -50,6 +50,16 @@ def test_packed_equals_padded(helpers, case):
         torch.testing.assert_close(have, want[name], atol=2e-6, rtol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@pytest.mark.parametrize("layers", [[1], [0, 2]])
+def test_packed_equals_padded_on_a_subset_of_layers(helpers, layers):
+    """Unscored layers of a packed forward attend within examples too (their output feeds the scored ones)."""
+    packed, padded = _both(helpers, "qwen3", [14, 4, 9], [8, 2, 1], layers=layers)
+    assert packed.layers == padded.layers == tuple(layers)
+    want = _fields(padded)
+    for name, have in _fields(packed).items():
+        torch.testing.assert_close(have, want[name], atol=2e-6, rtol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_packed_forward_builds_no_mask_and_calls_no_sdpa(helpers, monkeypatch):
     """With the Triton backend every layer runs the varlen kernels: no padded mask, no dense mask, no SDPA."""
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernels interpreted

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from flashstats_hf import LOGIT_STAT_NAMES
 from flashstats_hf.types import ForwardStats
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
 from halluprobe.records import HEAD_STATS, MAX_SINKS, ExampleRecord
 
-LOGIT_NAMES = ("entropy", "token_prob", "max_prob")
+LOGIT_NAMES = LOGIT_STAT_NAMES
 
 
 def synth_forward(answer_lens=(4, 3), prompt_lens=(5, 6), nl=2, h=3, seed=0, nh=1, dm=8):
@@ -51,7 +52,10 @@ def synth_forward(answer_lens=(4, 3), prompt_lens=(5, 6), nl=2, h=3, seed=0, nh=
     )
 
 
-def make_record(rid, rng, nl=2, h=4, a=5, v=3, dm=6, mtopdiv=False):
+N_LOGIT = len(LOGIT_STAT_NAMES)
+
+
+def make_record(rid, rng, nl=2, h=4, a=5, v=N_LOGIT, dm=6, mtopdiv=False):
     """A random record of the right shapes."""
     return ExampleRecord(
         id=rid,

@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
+from flashstats_hf import LOGIT_STAT_NAMES
 from halluprobe.blocks import (
     A7_CANDIDATES,
     A7_SELECTION,
+    L9_CANDIDATES,
+    L9_SELECTION,
     A7Block,
     A64Block,
     H64Block,
@@ -27,9 +30,30 @@ def test_parse_feature_set():
             parse_feature_set(bad)
 
 
-def test_a7_candidates_and_selection():
-    assert len(A7_CANDIDATES) == 22 and len(A7_SELECTION) == 7
-    assert set(A7_SELECTION) <= set(A7_CANDIDATES)
+def test_a7_candidates_are_the_papers_22():
+    # Section 5.2: five per-token statistics pooled four ways, the BOS sink rate and the log-diagonal
+    stats = ("max_weight", "effective_support", "entropy", "lookback_ratio", "prev_weight")
+    assert A7_CANDIDATES == tuple(f"{s}.{p}" for s in stats for p in POOLS) + (
+        "bos_sink.mean",
+        "diag_log.mean",
+    )
+    assert len(A7_CANDIDATES) == 22 and not any(c.startswith("normalized_entropy") for c in A7_CANDIDATES)
+    assert len(A7_SELECTION) == 7 and set(A7_SELECTION) <= set(A7_CANDIDATES)
+
+
+def test_packaged_selections_say_how_they_were_obtained():
+    from importlib import resources
+
+    from halluprobe.selection import Selection
+
+    for block, n, default in (("A7", 7, A7_SELECTION), ("L9", 9, L9_SELECTION)):
+        path = resources.files("halluprobe").joinpath("selections", f"{block.lower()}.json")
+        sel = Selection.load(path, block)
+        assert sel.features == default and len(sel.features) == n
+        prov = sel.provenance
+        for key in ("procedure", "dataset", "split", "proxy", "n_examples", "n_groups", "date", "versions"):
+            assert key in prov, key
+        assert "PROVISIONAL" not in prov["procedure"]
 
 
 def test_a7_averages_selected_heads(record_factory):
@@ -70,18 +94,35 @@ def test_projected_blocks_component_count_and_centering(record_factory, n_train)
         A64Block(k=1).transform(recs)
 
 
-def test_l9_rfe_keeps_informative_statistics(record_factory):
-    rng = np.random.default_rng(3)
-    recs = _records(record_factory, 200, v=6)
-    y = rng.integers(0, 2, 200)
-    informative = [(1, 0), (4, 2)]  # (statistic, pooling)
-    for r, label in zip(recs, y, strict=True):
-        for s, p in informative:
-            r.logit_pooled[s, p] = 3.0 * label + rng.normal(scale=0.3)
-    block = L9Block(n_features=2).fit(recs, y)
-    assert sorted(block.arrays["selected"].tolist()) == sorted(s * 4 + p for s, p in informative)
-    assert block.transform(recs).shape == (200, 2)
-    assert L9Block().fit(recs, y).transform(recs).shape == (200, 9)
+def test_l9_has_224_candidates_and_reads_a_fixed_selection(record_factory):
+    # Appendix L.2: 7 statistics (6 scalars + the top-k probability at every rank <= 50), pooled 4 ways
+    assert len(L9_CANDIDATES) == 224 and len(set(L9_CANDIDATES)) == 224
+    assert {f"top_prob_{r}.{p}" for r in (1, 50) for p in POOLS} <= set(L9_CANDIDATES)
+    assert len(L9_SELECTION) == 9 and set(L9_SELECTION) <= set(L9_CANDIDATES)
+    recs = _records(record_factory, 6)
+    feats = ("top_prob_50.max", "answer_logprob.min", "entropy.std")
+    x = L9Block(feats).fit(recs, np.arange(6) % 2).transform(recs)
+    for j, f in enumerate(feats):
+        s, p = f.rsplit(".", 1)
+        ref = [r.logit_pooled[LOGIT_STAT_NAMES.index(s), POOLS.index(p)] for r in recs]
+        np.testing.assert_allclose(x[:, j], ref, rtol=1e-6)
+    assert L9Block().transform(recs).shape == (6, 9)
+    with pytest.raises(ValueError, match="L9_CANDIDATES"):
+        L9Block(("top_prob_51.mean",))
+    old = _records(record_factory, 2, v=7)  # records extracted with the seven old statistics
+    with pytest.raises(ValueError, match="re-extract"):
+        L9Block().transform(old)
+    with pytest.raises(ValueError, match="retrain"):
+        block_from_state({"name": "L9", "n_features": 9}, {"selected": np.arange(9)})
+
+
+def test_l9_selection_is_frozen_not_refit_per_split(record_factory):
+    # the same features whatever the training split: fitting learns nothing
+    recs = _records(record_factory, 40)
+    a = L9Block().fit(recs[:20], np.arange(20) % 2)
+    b = L9Block().fit(recs[20:], (np.arange(20) // 10) % 2)
+    assert a.config == b.config == {"features": list(L9_SELECTION)} and not a.arrays and not b.arrays
+    np.testing.assert_array_equal(a.transform(recs), b.transform(recs))
 
 
 def test_block_state_round_trip(record_factory):

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, load_dataset, main, parse_layers, parse_limit
@@ -20,7 +21,7 @@ def test_parser_builds_without_heavy_imports():
 
 
 def test_help_of_every_command():
-    for cmd in ([], ["train"], ["extract"], ["evaluate"], ["predict"]):
+    for cmd in ([], ["train"], ["extract"], ["select-a7"], ["select-l9"], ["evaluate"], ["predict"]):
         out = subprocess.run(
             [sys.executable, "-m", "halluprobe.cli", *cmd, "--help"],
             capture_output=True,
@@ -42,6 +43,23 @@ def test_train_defaults_and_options():
     assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["predict", "d"])  # --context and --answer are required
+
+
+def test_selection_commands_and_train_options(tmp_path):
+    from halluprobe.cli import _selections
+    from halluprobe.selection import Selection
+
+    a7 = build_parser().parse_args(["select-a7"])
+    assert (a7.split, a7.n_features, a7.out) == ("train", 7, "runs/select")
+    assert build_parser().parse_args(["select-l9", "--n-features", "5"]).n_features == 5
+    args = build_parser().parse_args(["train"])
+    assert args.a7_selection is None and args.l9_selection is None and _selections(args) == {}
+    path = Selection("L9", ("entropy.max", "top_prob_3.min"), {}).save(tmp_path / "l9.json")
+    args = build_parser().parse_args(["train", "--l9-selection", str(path)])
+    assert _selections(args) == {"l9_features": ("entropy.max", "top_prob_3.min")}
+    args = build_parser().parse_args(["train", "--a7-selection", str(path)])
+    with pytest.raises(ValueError, match="expected A7"):
+        _selections(args)
 
 
 def test_parse_layers():
@@ -117,3 +135,11 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     assert "A7L9 (test)" in capsys.readouterr().out
     # evaluate found every test record in the run's cache: no new shard
     assert sorted(p.name for p in (out / "cache").glob("shard-*")) == shards
+    # the same ids with other answers (an edited dataset) are extracted again, never read stale
+    from halubench_data import build_default, write_jsonl
+
+    edited = [replace(ex, answer=ex.answer + " Indeed.") for ex in build_default().examples]
+    write_jsonl(edited, tmp_path / "edited.jsonl")
+    assert main(["evaluate", det, "--dataset", str(tmp_path / "edited.jsonl"), "--limit", "4",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert len(list((out / "cache").glob("shard-*"))) > len(shards)

@@ -6,7 +6,9 @@ from halluprobe.detectors import (
     TOHA,
     LLMCheckAttention,
     LookbackLens,
+    LookbackLensHeads,
     SinkProbe,
+    SinkRate,
     intrygue_matrix,
     logdiag_matrix,
     lookback_matrix,
@@ -32,7 +34,15 @@ def _expected_failures(est):
 
 
 @parametrize_with_checks(
-    [LookbackLens(), SinkProbe(C=0.1), LLMCheckAttention(), INTRYGUE(), TOHA(max_heads=3)],
+    [
+        LookbackLens(),
+        LookbackLensHeads(max_heads=3),
+        SinkProbe(C=0.1),
+        LLMCheckAttention(),
+        INTRYGUE(),
+        SinkRate(),
+        TOHA(max_heads=3),
+    ],  # fmt: skip
     expected_failed_checks=_expected_failures,
 )
 def test_sklearn_compatible(estimator, check):
@@ -68,6 +78,37 @@ def test_intrygue_picks_the_gated_heads():
     np.testing.assert_allclose(det.raw_score(X), ent * sinks[:, 4])
     with pytest.raises(ValueError, match="head_order"):
         INTRYGUE(head_order=[9]).fit(X, y)
+
+
+def test_sink_rate_alone_ignores_the_entropy():
+    # INTRYGUE's sink-rate term alone (Appendix M): the entropy column must not matter
+    rng = np.random.default_rng(1)
+    y = _labels(400)
+    sinks = rng.uniform(0.0, 1.0, size=(400, 6))
+    sinks[:, 4] = np.where(y == 1, rng.uniform(0.6, 1.0, 400), rng.uniform(0.0, 0.4, 400))
+    ent = np.where(y == 1, 0.01, 5.0)  # an entropy that would reverse INTRYGUE's product
+    X = np.hstack([ent[:, None], sinks])
+    det = SinkRate(head_order=[4, 0, 1, 2, 3, 5], ks=(1, 2, 4)).fit(X, y)
+    assert det.heads_.tolist() == [4]
+    np.testing.assert_allclose(det.raw_score(X), sinks[:, 4])
+    X2 = X.copy()
+    X2[:, 0] = rng.normal(size=400)
+    np.testing.assert_array_equal(det.raw_score(X2), det.raw_score(X))
+    assert not np.allclose(INTRYGUE(head_order=[4], ks=(1,)).fit(X, y).raw_score(X), sinks[:, 4])
+
+
+def test_lookback_lens_heads_averages_at_most_ten_heads():
+    rng = np.random.default_rng(3)
+    y = _labels(300)
+    X = rng.uniform(0.3, 0.7, size=(300, 40))
+    informative = [5, 17, 33]
+    X[:, informative] -= 0.15 * y[:, None]  # hallucinated answers look back at the context less
+    det = LookbackLensHeads().fit(X, y)
+    assert 1 <= len(det.heads_) <= 10 and set(informative) <= set(det.heads_.tolist())
+    np.testing.assert_allclose(det.raw_score(X), -X[:, det.heads_].mean(1))
+    assert len(LookbackLensHeads(max_heads=2).fit(X, y).heads_) <= 2
+    with pytest.raises(ValueError, match="max_heads"):
+        LookbackLensHeads(max_heads=0).fit(X, y)
 
 
 def test_toha_selects_divergent_heads():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -176,7 +175,7 @@ def test_torchrun_two_processes_give_the_one_process_cache_and_detectors(tmp_pat
     assert two.returncode == 0, two.stderr[-3000:]
     parts = sorted(p.name for p in (tmp_path / "two" / "cache" / "parts").iterdir())
     assert parts == ["rank-00000", "rank-00001"]
-    settings = json.loads((tmp_path / "one" / "cache" / "index.json").read_text())["settings"]
+    settings: dict = {}  # the index keeps no settings (they are part of each record's key); load reads by id
     a, b = (
         FeatureCache(tmp_path / "one" / "cache", settings),
         FeatureCache(tmp_path / "two" / "cache", settings),
@@ -187,3 +186,11 @@ def test_torchrun_two_processes_give_the_one_process_cache_and_detectors(tmp_pat
     for name in ("detector.json", "detector.safetensors"):
         one_bytes = (tmp_path / "one" / "detectors" / "A7" / name).read_bytes()
         assert one_bytes == (tmp_path / "two" / "detectors" / "A7" / name).read_bytes(), name
+
+
+def test_one_process_commands_refuse_torchrun(monkeypatch, capsys, tmp_path):
+    from halluprobe.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["evaluate", str(tmp_path), "--limit", "4"]) == 2
+    assert "runs in one process" in capsys.readouterr().err

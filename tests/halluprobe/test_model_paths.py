@@ -109,3 +109,16 @@ def test_graph_replays_give_the_eager_records():
         assert (g.id, g.answer_len, g.prompt_len) == (w.id, w.answer_len, w.prompt_len)
         for name in ("head_stats", "sink_topk", "token_prev", "logit_pooled", "token_logit", "hidden_pooled"):
             np.testing.assert_allclose(getattr(g, name), getattr(w, name), rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+def test_inputs_longer_than_the_positions_are_refused_not_truncated(tiny, monkeypatch):
+    import flashstats_hf
+
+    limit = tiny.config.max_position_embeddings
+    ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0))
+    monkeypatch.setattr(flashstats_hf, "format_example", lambda tok, c, q, a: (list(range(len(c))), 3))
+    ex = SimpleNamespace(id="long", context="x" * (limit + 1), question="q", answer="a")
+    with pytest.raises(ValueError, match=f"'long' has {limit + 1} tokens .* at most {limit} positions"):
+        ext.encode(ex)
+    ok = SimpleNamespace(id="fits", context="x" * limit, question="q", answer="a")
+    assert len(ext.encode(ok)[0]) == limit

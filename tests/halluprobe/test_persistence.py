@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 from halluprobe.detector import FORMAT_VERSION, Detector
+from halluprobe.detector_file import document_digest
 from halluprobe.protocol import fit_blocks, make_blocks
 from halluprobe.records import reduce_forward, token_records
 
@@ -57,6 +58,10 @@ def test_load_rejects_tampered_tensors_and_other_versions(tmp_path, fitted):
         Detector.load(path)
     doc["format_version"] = FORMAT_VERSION
     doc["blocks"][0]["name"] = "evil"
+    (path / "detector.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="integrity hash"):
+        Detector.load(path)
+    doc["integrity"] = document_digest(doc)  # a deliberate edit with the hash recomputed
     (path / "detector.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="unknown feature block"):
         Detector.load(path)

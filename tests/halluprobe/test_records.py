@@ -33,7 +33,7 @@ def test_reduce_forward_pools_only_real_tokens(forward_factory):
     r = recs[1]
     assert r.answer_len == 3 and r.prompt_len == 6
     assert r.head_stats.shape == (2, 3, len(HEAD_STATS), 4)
-    assert r.token_prev.shape == (2, 3, 3) and r.token_logit.shape == (3, 3)
+    assert r.token_prev.shape == (2, 3, 3) and r.token_logit.shape == (3, 56)
     assert r.hidden_pooled.shape == (1, 2, 8)
     for rec in recs:  # NaN poison sits on padded answer slots: none may leak
         for arr in (rec.head_stats, rec.token_prev, rec.logit_pooled, rec.hidden_pooled, rec.sink_topk):

@@ -151,3 +151,26 @@ def test_cli_stream_json_lines(detector, tmp_path, capsys, monkeypatch):
     assert (
         main(["stream", str(tmp_path / "det"), "--context", context]) == 2
     )  # neither --answer nor --generate
+
+
+def test_cli_stream_follows_stdin(detector, tmp_path, capsys, monkeypatch):
+    """``--answer -`` reads the answer from a pipe as it arrives (here: written before reading)."""
+    import os
+    import sys
+
+    detector.save(tmp_path / "det")
+    ext = detector.extractor()
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    rng = np.random.default_rng(11)
+    context, answer = _text(rng, 8), _text(rng, 4)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, answer.encode())
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        monkeypatch.setattr(sys, "stdin", pipe)
+        assert main(["stream", str(tmp_path / "det"), "--context", context, "--answer", "-", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["event"] == "done" and lines[-1]["answer_tokens"] == 4
+    assert lines[-1]["probability"] == pytest.approx(
+        detector.predict(context, "", answer).probability, abs=PROB_TOL
+    )

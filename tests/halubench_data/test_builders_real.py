@@ -1,11 +1,19 @@
 """Builders on the real files in ../shared/data (skipped when that folder is absent)."""
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from halubench_data import build_claims, build_faithbench, build_ragtruth, read_jsonl, write_jsonl
+from halubench_data import (
+    build_claims,
+    build_faithbench,
+    build_ragtruth,
+    link_groups,
+    read_jsonl,
+    write_jsonl,
+)
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
@@ -13,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"share
 
 @pytest.fixture(scope="module")
 def ragtruth():
-    return build_ragtruth(DATA / "ragtruth")
+    return _built("ragtruth")
 
 
 def test_ragtruth_counts_per_task_and_label_match_provenance(ragtruth):
@@ -68,17 +76,42 @@ def test_ragtruth_groups_never_cross_splits_and_split_near_70_15_15(ragtruth):
     ],
 )
 def test_claim_sets_convert_support_labels(name, folder, n, n_supported):
-    ds = build_claims(name, DATA / folder)
+    ds = _built(name)
     assert len(ds) == n and ds.report.n_dropped == 0
     assert int((ds.labels == 0).sum()) == n_supported  # their label 1 (supported) is our label 0
     ds.check_groups()
     if name == "lfqa":
-        assert len({e.group for e in ds}) == 100  # grouped by question_id
+        assert len({e.group for e in ds}) == 99  # 100 question_ids; two share near-duplicate documents
 
 
 def test_faithbench_counts():
-    ds = build_faithbench(DATA / "faithbench")
+    ds = _built("faithbench")
     assert len(ds) == 720 and int(ds.labels.sum()) == 407  # PROVENANCE: any Unwanted span
-    assert len({e.group for e in ds}) == 72
+    assert len({e.group for e in ds}) == 63  # 72 source articles; 9 near-duplicate pairs merged
     assert all(e.spans for e in ds if e.label == 1 and e.meta["majority"] == "Unwanted")
     ds.check_groups()
+
+
+def _near_duplicate_components_crossing_splits(ds) -> list[set[str]]:
+    """Components of the 5-gram rule (per source) whose examples lie in more than one split."""
+    comp = link_groups([e.context for e in ds], [e.source for e in ds])
+    splits: dict[str, set[str]] = {}
+    for e, c in zip(ds, comp, strict=True):
+        splits.setdefault(c, set()).add(str(e.split))
+    return [v for v in splits.values() if len(v) > 1]
+
+
+@functools.cache
+def _built(name: str):
+    """Each real builder's dataset, built once for the module."""
+    if name == "ragtruth":
+        return build_ragtruth(DATA / "ragtruth")
+    if name == "faithbench":
+        return build_faithbench(DATA / "faithbench")
+    return build_claims(name, DATA / ("expertqa" if name == "expertqa" else "llm-aggrefact"))
+
+
+@pytest.mark.parametrize("name", ["ragtruth", "faithbench", "wice", "lfqa", "claimverify", "expertqa"])
+def test_no_near_duplicate_component_spans_splits(name):
+    ds = _built(name)
+    assert _near_duplicate_components_crossing_splits(ds) == []

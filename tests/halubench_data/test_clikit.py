@@ -114,11 +114,19 @@ def test_every_cli_has_version_quiet_debug_and_device_default(module):
         ("halujudge.cli", ["evaluate", "--judge", "x", "--dataset", "d", "--out", "o", "--device", "zz"]),
     ],
 )
-def test_cli_device_errors_exit_2_in_one_line(module, argv, tmp_path):
+def test_cli_device_errors_exit_2_in_one_line(module, argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main = __import__(module, fromlist=["main"]).main
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "--device" in err and "Traceback" not in err
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", module, *argv], capture_output=True, text=True, cwd=tmp_path, check=False
-    )
-    assert run.returncode == 2, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1 and "--device" in run.stderr
-    assert "Traceback" not in run.stderr and run.stdout == ""
-    assert list(tmp_path.iterdir()) == []
+        [sys.executable, "-m", "halubench_data.cli", "stats", str(tmp_path / "missing.jsonl")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
+    assert run.stderr.startswith("halubench-data stats: error: ") and "missing.jsonl" in run.stderr

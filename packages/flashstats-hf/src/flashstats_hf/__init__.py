@@ -11,7 +11,7 @@ from flashstats_hf.decode_graph import GraphedDecodeStep
 from flashstats_hf.formatting import Batch, collate, format_example, format_prompt
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
-from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
+from flashstats_hf.logits import LOGIT_SCALAR_NAMES, LOGIT_STAT_NAMES, TOP_RANKS, logit_statistics
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
 from flashstats_hf.types import ForwardStats
 
@@ -23,7 +23,9 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "DEFAULT_MODEL",
     "DEFAULT_REQUEST",
+    "LOGIT_SCALAR_NAMES",
     "LOGIT_STAT_NAMES",
+    "TOP_RANKS",
     "Batch",
     "CachedRecorder",
     "ForwardStats",

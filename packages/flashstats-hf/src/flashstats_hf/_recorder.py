@@ -7,8 +7,10 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 
 from __future__ import annotations
 
+import threading
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from flashstats_kernels import (
@@ -24,10 +26,32 @@ from flashstats_hf._packing import Packing, packed_attention, packed_response, u
 from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
+_OPEN = [0]
+"""Recorders open in any thread. While none is, the attention reads this plain global and never the
+``ContextVar``, which ``torch.compile`` cannot trace: a compiled model outside ``record_forward`` is one
+graph (Dynamo guards on the count, so opening a recorder recompiles rather than skipping it)."""
+_OPEN_LOCK = threading.Lock()
+
+
+def activate(recorder: Any) -> Token:
+    """Make ``recorder`` the active one of this context (``Recorder`` or ``CachedRecorder``)."""
+    token = _ACTIVE.set(recorder)
+    with _OPEN_LOCK:
+        _OPEN[0] += 1
+    return token
+
+
+def deactivate(token: Token) -> None:
+    """Undo :func:`activate`."""
+    _ACTIVE.reset(token)
+    with _OPEN_LOCK:
+        _OPEN[0] -= 1
 
 
 def active_recorder() -> Recorder | None:
     """The recorder of the forward running in this context, or None."""
+    if _OPEN[0] == 0:
+        return None
     return _ACTIVE.get()
 
 
@@ -85,12 +109,12 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if _ACTIVE.get() is not None:
             raise RuntimeError("flashstats: record_forward calls cannot be nested")
-        self._token = _ACTIVE.set(self)
+        self._token = activate(self)
         return self
 
     def __exit__(self, *exc) -> None:
         if self._token is not None:
-            _ACTIVE.reset(self._token)
+            deactivate(self._token)
             self._token = None
         self._masks.clear()
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from flashstats_kernels import ColumnState, LookupStats, RowStats, StatsRequest, decode_attention
 
-from flashstats_hf._recorder import _ACTIVE
+from flashstats_hf._recorder import _ACTIVE, activate, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
@@ -151,7 +151,7 @@ class CachedRecorder:
     def __enter__(self) -> CachedRecorder:
         if _ACTIVE.get() is not None:
             raise RuntimeError("flashstats: recorders cannot be nested")
-        self._token = _ACTIVE.set(self)
+        self._token = activate(self)
         self._handles = [
             self.model.register_forward_pre_hook(self._before, with_kwargs=True),
             self.model.register_forward_hook(self._after, with_kwargs=True),
@@ -160,7 +160,7 @@ class CachedRecorder:
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._token)
+        deactivate(self._token)
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -197,8 +197,9 @@ class CachedRecorder:
         self._ensure(total, max(total, cache.get_max_length()))
         n_p = min(max(self.prompt_len - self.seen, 0), q)  # prompt rows of this call
         dev = ids.device
+        plain = n_p > 0 and self.seen == 0 and bool(self.buf.key_mask[:, :n_p].all())  # prefill only
         self._call = dict(
-            ids=ids, q=q, n_p=n_p, total=total,
+            ids=ids, q=q, n_p=n_p, total=total, plain_prompt=plain,
             kv_len=(self.length + q).reshape(1),
             slots=self.length + (n_p - self.prompt_len) + torch.arange(q - n_p, device=dev),
         )  # fmt: skip
@@ -290,10 +291,14 @@ class CachedRecorder:
         offset = 0 if lk >= total else total - lk
         keep = bf.key_mask[:, offset : offset + lk]
         parts = []
-        if n_p:
-            q_pos = torch.arange(total - offset - q, total - offset - q + n_p, device=query.device)
-            mask = visibility(q_pos, lk, keep, window)
-            parts.append(plain_attention(query[:, :, :n_p], key, value, mask, scale=scale, softcap=softcap))
+        if n_p:  # prompt rows see keys up to their own: slice them (a static cache has unwritten slots)
+            q0 = total - offset - q
+            n_k = q0 + n_p
+            mask = None  # a prompt from the start, no padding, no window: SDPA's fused causal kernel
+            if not (c["plain_prompt"] and q0 == 0 and window is None):
+                mask = visibility(torch.arange(q0, n_k, device=query.device), n_k, keep[:, :n_k], window)
+            parts.append(plain_attention(query[:, :, :n_p], key[:, :, :n_k], value[:, :, :n_k], mask,
+                                         scale=scale, softcap=softcap))  # fmt: skip
         if n_p < q:
             parts.append(self._score_rows(layer_idx, query[:, :, n_p:], key, value, keep, offset, static_full,
                                           scale=scale, softcap=softcap, window=window))  # fmt: skip
@@ -307,7 +312,10 @@ class CachedRecorder:
         col = bf.columns[li]
         state = ColumnState(col.sum[..., offset : offset + lk], col.count[:, offset : offset + lk])
         request = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
-        kv_len = c["kv_len"] if static_full else c["total"] - offset
+        # valid keys as a device tensor: a host int would be copied to the device in every layer
+        kv_len = (
+            c["kv_len"] if static_full or offset == 0 else torch.full_like(c["kv_len"], c["total"] - offset)
+        )
         res = decode_attention(
             query, key, value, kv_len=kv_len, request=request,
             column_state=state if request.columns else None, key_mask=keep,
@@ -327,20 +335,22 @@ class CachedRecorder:
     # logits and hidden states
 
     def _logit_stats(self, logits: torch.Tensor, c: dict) -> None:
-        """Statistics of the answer tokens of this call from the logits predicting them."""
-        q, n_p = c["q"], c["n_p"]
+        """Statistics of the answer tokens of this call from the logits predicting them.
+
+        ``logits`` holds the last ``K`` rows of the call (``logits_to_keep``); answer token ``t`` of the
+        call is predicted by row ``t - 1`` (by the previous call's last row for ``t = 0``).
+        """
+        q, n_p, k = c["q"], c["n_p"], logits.shape[1]
         if n_p < q:
-            need = q - 1 if n_p == 0 else q - n_p  # rows of this call that predict answer tokens
-            if need and logits.shape[1] < q:
+            first = max(n_p - 1, 0)  # first row of this call that predicts an answer token
+            if first < q - 1 and first < q - k:
                 raise ValueError(
-                    f"CachedRecorder(logits=True) needs the logits of every row of a call that holds several "
-                    f"answer tokens ({q} tokens, {logits.shape[1]} logit rows): pass logits_to_keep=0"
+                    f"CachedRecorder(logits=True) needs the logits of rows {first}..{q - 2} of this call "
+                    f"({q} tokens, the last {k} logit rows given): pass logits_to_keep={q - first} or 0"
                 )
-            rows = (
-                logits[:, n_p - 1 : q - 1]
-                if n_p
-                else torch.cat([self._pending[:, None], logits[:, : q - 1]], 1)
-            )
+            rows = logits[:, first - (q - k) : k - 1]
+            if n_p == 0:
+                rows = torch.cat([self._pending[:, None].to(rows.dtype), rows], 1)
             targets = c["ids"][:, n_p:]
             stats = logit_statistics(rows.reshape(-1, rows.shape[-1]), targets.reshape(-1).long())
             self.buf.logits.index_copy_(1, c["slots"], stats.view(*targets.shape, -1))
@@ -404,9 +414,11 @@ class CachedRecorder:
         elif attention_mask is not None:
             keep = attention_mask.to(device=dev, dtype=torch.bool)
         position_ids = (keep.long().cumsum(1) - 1).clamp(min=0)[:, self.seen :]
+        n_p = min(max(self.prompt_len - self.seen, 0), q)
+        rows = 1 if n_p == q else q - max(n_p - 1, 0)  # the logit rows that predict answer tokens
         out = self.model(
             input_ids=ids, attention_mask=keep.long(), position_ids=position_ids, past_key_values=self.cache,
-            use_cache=True, logits_to_keep=0,
+            use_cache=True, logits_to_keep=rows,
         )  # fmt: skip
         return out.logits[:, -1]
 

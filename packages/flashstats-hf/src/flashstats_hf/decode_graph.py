@@ -1,4 +1,4 @@
-"""One decode step on a static cache, captured in a CUDA graph and replayed per token.
+"""One decode step on a static cache, captured in a CUDA graph and replayed per token (or chunk).
 
 [`GraphedDecodeStep`][flashstats_hf.GraphedDecodeStep] runs ``model(next_token)`` against a
 `transformers.StaticCache`, with or without an active [`flashstats_hf.CachedRecorder`][]. The first calls run
@@ -37,6 +37,8 @@ class GraphedDecodeStep:
         recorder: the active CachedRecorder that scores the steps, or None for plain decoding.
         capture: capture and replay (CUDA only); False runs every step eagerly through the same code
             (what the CPU tests check, and a reference for the captured steps).
+        tokens_per_step: tokens ``q`` read per step: 1 for decoding, a chunk size to follow an answer
+            that arrives in chunks of ``q`` tokens.
 
     Raises:
         ValueError: a cache with sliding-window layers, ``capture`` with a model not on CUDA.
@@ -50,6 +52,7 @@ class GraphedDecodeStep:
         *,
         recorder: CachedRecorder | None = None,
         capture: bool = True,
+        tokens_per_step: int = 1,
     ) -> None:
         dev = next(model.parameters()).device
         if capture and dev.type != "cuda":
@@ -58,6 +61,9 @@ class GraphedDecodeStep:
             raise ValueError("GraphedDecodeStep needs a StaticCache without sliding-window layers")
         self.model, self.cache, self.recorder, self.device = model, cache, recorder, dev
         self.capture = capture
+        if isinstance(tokens_per_step, bool) or not isinstance(tokens_per_step, int) or tokens_per_step < 1:
+            raise ValueError(f"tokens_per_step must be a positive int, got {tokens_per_step!r}")
+        self.q = tokens_per_step
         self.max_len = cache.get_max_length()
         b, p = key_mask.shape
         self.real = torch.ones(b, self.max_len, dtype=torch.bool, device=dev)  # [B, Lc]
@@ -65,7 +71,8 @@ class GraphedDecodeStep:
         self.n_pad = p - self.real[:, :p].sum(1, keepdim=True)  # [B, 1]
         self.slots = torch.arange(self.max_len, device=dev)
         self.tokens = p  # tokens in the cache (host count)
-        self.ids = torch.zeros(b, 1, dtype=torch.long, device=dev)
+        self.ids = torch.zeros(b, self.q, dtype=torch.long, device=dev)
+        self.rows = torch.arange(self.q, device=dev)
         self.logits: torch.Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.steps = 0
@@ -78,30 +85,36 @@ class GraphedDecodeStep:
         """
         # tokens in the cache before this one, on the device (a static full-attention layer has the counter)
         length = self.cache.layers[0].cumulative_length  # type: ignore[union-attr]
-        position_ids = (length - self.n_pad).clamp(min=0)  # [B, 1]
-        mask = (self.real & (self.slots <= length))[:, None, None, :]
+        position_ids = (length - self.n_pad + self.rows).clamp(min=0)  # [B, q]
+        mask = self.real[:, None, :] & (self.slots[None, :] <= length + self.rows[:, None])  # [B, q, Lc]
+        # the recorder reads the logits of every row that predicts a token of the step
+        keep = self.q if self.recorder is not None and self.recorder.logits else 1
         with torch.no_grad():
             out = self.model(
-                input_ids=self.ids, attention_mask=mask, position_ids=position_ids,
-                past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                input_ids=self.ids, attention_mask=mask[:, None], position_ids=position_ids,
+                past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
             )  # fmt: skip
         return out.logits[:, -1]
 
     def __call__(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Runs one step on ``token_ids`` ``[B, 1]``; returns the ``[B, V]`` next-token logits (a copy).
+        """Runs one step on ``token_ids`` ``[B, q]``; returns the ``[B, V]`` next-token logits (a copy).
 
         Raises:
             ValueError: the cache is full, or (after the capture) the recorder's answer buffers are
                 (create the recorder with ``capacity=`` the longest answer).
         """
         rec = self.recorder
-        if self.graph is not None and rec is not None and rec.seen + 1 - rec.prompt_len > rec.capacity:
+        if self.graph is not None and rec is not None and rec.seen + self.q - rec.prompt_len > rec.capacity:
             raise ValueError(
                 f"the recorder holds {rec.capacity} answer tokens; give it a larger capacity= for graphs"
             )
-        if self.tokens >= self.max_len:
+        if self.tokens + self.q > self.max_len:
             raise ValueError(f"the static cache is full ({self.max_len} tokens)")
-        self.tokens += 1
+        if tuple(token_ids.shape) != tuple(self.ids.shape):
+            raise ValueError(
+                f"token_ids must have shape {tuple(self.ids.shape)}, got {tuple(token_ids.shape)}"
+            )
+        self.tokens += self.q
         self.ids.copy_(token_ids, non_blocking=True)
         if self.steps < WARMUP_STEPS or not self.capture:
             self.steps += 1
@@ -117,7 +130,7 @@ class GraphedDecodeStep:
                 rec.seen = seen
         self.graph.replay()
         if rec is not None:
-            rec.seen += 1
+            rec.seen += self.q
         self.steps += 1
         assert self.logits is not None  # set by the capture above
         return self.logits.clone()

@@ -209,11 +209,11 @@ def recorded_forward(
         layers: scored layer indices, in output order.
         pooled: reduce every statistic to `POOL_NAMES` inside each layer.
         position_ids: [1, L] int64 (bucketed plans), or None for ``0 .. L - 1``.
-        logits: compute the seven logit statistics on every answer slot.
+        logits: compute the logit statistics (`LOGIT_STAT_NAMES`, V columns) on every answer slot.
         hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
 
     Returns:
-        ``(rows, lookups, columns, logit_stats [1, A, 7] | None, hidden [1, NH, A, Dm] | None)``, the
+        ``(rows, lookups, columns, logit_stats [1, A, V] | None, hidden [1, NH, A, Dm] | None)``, the
         attention families stacked over the scored layers (None for families not requested).
     """
     body, decoder_layers = _decoder(model)
@@ -273,7 +273,7 @@ class GraphedRecorder:
         max_graphs: captured buckets kept (least recently used ones are dropped with their memory).
         buckets: ``(length_step, rows_step)`` to share one graph between examples whose lengths round
             up to the same multiples, or None for one graph per exact ``(L, R)``.
-        logits: also compute the seven logit statistics (per-token mode only).
+        logits: also compute the logit statistics (per-token mode only).
         hidden_layers: hidden states to keep at the answer tokens, indexed as in
             [`flashstats_hf.record_forward`][] (per-token mode only).
 

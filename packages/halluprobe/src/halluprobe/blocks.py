@@ -7,33 +7,47 @@ without pickle (`Block.state` / `block_from_state`).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import numpy as np
+from flashstats_hf.logits import LOGIT_STAT_NAMES
 
 from halluprobe.records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
 A7_CANDIDATES: tuple[str, ...] = tuple(
     f"{s}.{p}"
-    for s in ("max_weight", "effective_support", "entropy", "lookback_ratio", "normalized_entropy")
+    for s in ("max_weight", "effective_support", "entropy", "lookback_ratio", "prev_weight")
     for p in POOLS
 ) + ("bos_sink.mean", "diag_log.mean")
-"""The 22 candidate features of one head: four poolings of five per-token statistics, the BOS sink
-rate and the log-diagonal."""
+"""The paper's 22 candidate features of one head (Section 5.2): four poolings of five per-token
+statistics (maximum weight, effective support, entropy, the lookback ratio built from prompt mass,
+the previous-token weight), the BOS sink rate and the log-diagonal."""
 
-A7_SELECTION: tuple[str, ...] = (
-    "max_weight.mean",
-    "effective_support.mean",
-    "entropy.mean",
-    "entropy.std",
-    "lookback_ratio.mean",
-    "bos_sink.mean",
-    "diag_log.mean",
-)
-"""The seven A7 features we keep. The paper marks its seven in bold in a list that our copy of the
-text lost; this choice (one mean per statistic family, the spread of entropy, the BOS sink rate and
-the log-diagonal) is ours and is documented in ``docs/reference/detectors.md``."""
+HEAD_FEATURES: tuple[str, ...] = tuple(f"{s}.{p}" for s in HEAD_STATS for p in POOLS)
+"""Every pooled head statistic an A7 block accepts (a superset of `A7_CANDIDATES`)."""
+
+L9_CANDIDATES: tuple[str, ...] = tuple(f"{s}.{p}" for s in LOGIT_STAT_NAMES for p in POOLS)
+"""The paper's 224 logit candidates (Appendix L.2): four poolings of six scalar statistics and of
+the top-k probability at every rank up to 50."""
+
+
+def _packaged_selection(block: str) -> tuple[str, ...]:
+    """The features of the packaged default selection of ``block`` (``halluprobe/selections/``)."""
+    from importlib import resources
+
+    text = resources.files("halluprobe").joinpath("selections", f"{block.lower()}.json").read_text()
+    return tuple(json.loads(text)["features"])
+
+
+A7_SELECTION: tuple[str, ...] = _packaged_selection("A7")
+"""The seven A7 features used by default: chosen once by `halluprobe.selection.select_a7` and
+stored with how they were obtained in ``halluprobe/selections/a7.json`` (see its ``provenance``)."""
+
+L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
+"""The nine L9 features used by default, selected once by `halluprobe.selection.select_l9` and
+frozen (``halluprobe/selections/l9.json``); never refit on a training split."""
 
 BLOCK_NAMES: tuple[str, ...] = ("A7", "A64", "H64", "L9")
 """Block names in the canonical order of a feature set."""
@@ -59,6 +73,16 @@ def _stat(records: list[ExampleRecord], stat: str, pool: str) -> np.ndarray:
     """``[n, NL, H]`` one pooled head statistic."""
     s, p = HEAD_STATS.index(stat), POOLS.index(pool)
     return np.stack([r.head_stats[:, :, s, p] for r in records]).astype(np.float64)
+
+
+def _check_columns(block: str, what: str, expected: int, got: int, *, at_least: bool = False) -> None:
+    """A named error when records do not have the columns a fitted block expects."""
+    if got < expected if at_least else got != expected:
+        need = f"at least {expected}" if at_least else str(expected)
+        raise ValueError(
+            f"feature block {block} expects {need} {what} per example, the records give {got} "
+            "(records from another proxy, layer set or sink count than the block was fitted on?)"
+        )
 
 
 class Standardizer:
@@ -105,23 +129,25 @@ class A7Block(Block):
     """Selected statistics of the top-K induction heads, each averaged across the heads.
 
     Config: ``heads`` (flat indices into the ``NL * H`` scored heads), ``features`` (names from
+    `HEAD_FEATURES`; default the packaged selection `A7_SELECTION` from the paper's candidates
     `A7_CANDIDATES`).
     """
 
     name = "A7"
 
     def __init__(self, heads: list[int], features: tuple[str, ...] = A7_SELECTION):
-        bad = [f for f in features if f not in A7_CANDIDATES]
-        if bad or not heads:
-            raise ValueError(f"A7 needs at least one head and features from A7_CANDIDATES; bad: {bad}")
+        bad = [f for f in features if f not in HEAD_FEATURES]
+        if bad or not heads or not features:
+            raise ValueError(f"A7 needs at least one head and features from HEAD_FEATURES; bad: {bad}")
         super().__init__(heads=[int(h) for h in heads], features=list(features))
 
     def _raw(self, records):
         cols = []
         for feat in self.config["features"]:
             stat, p = feat.split(".")
-            x = _stat(records, stat, p)
-            cols.append(x.reshape(len(records), -1)[:, self.config["heads"]].mean(1))
+            x = _stat(records, stat, p).reshape(len(records), -1)
+            _check_columns(self.name, "head index", max(self.config["heads"]) + 1, x.shape[1], at_least=True)
+            cols.append(x[:, self.config["heads"]].mean(1))
         return np.stack(cols, 1)
 
 
@@ -147,7 +173,9 @@ class _ProjectedBlock(Block):
         if not self.arrays:
             raise ValueError(f"block {self.name} is not fitted")
         a = self.arrays
-        z = (self._raw(records) - a["mean"]) / a["scale"]
+        x = self._raw(records)
+        _check_columns(self.name, "raw features", a["mean"].shape[0], x.shape[1])
+        z = (x - a["mean"]) / a["scale"]
         return (z - a["center"]) @ a["components"].T
 
 
@@ -183,33 +211,41 @@ class H64Block(_ProjectedBlock):
 
 
 class L9Block(Block):
-    """Nine pooled logit statistics kept by recursive feature elimination on training records."""
+    """Pooled logit statistics, a fixed selection of `L9_CANDIDATES` (nothing fitted per split).
+
+    The paper selects its nine once and reuses them on every dataset and proxy (Appendix L.1); the
+    default is the packaged selection `L9_SELECTION` (`halluprobe.selection.select_l9`).
+    Config: ``features`` (names ``"<statistic>.<pool>"`` from `L9_CANDIDATES`).
+    """
 
     name = "L9"
 
-    def __init__(self, n_features: int = 9):
-        super().__init__(n_features=int(n_features))
-
-    def _all(self, records):
-        return np.stack([r.logit_pooled.reshape(-1) for r in records]).astype(np.float64)
-
-    def fit(self, records, y):
-        """Keep ``n_features`` pooled statistics by RFE with a balanced logistic regression."""
-        from sklearn.feature_selection import RFE
-        from sklearn.linear_model import LogisticRegression
-
-        x = self._all(records)
-        sc = Standardizer().fit(x)
-        n = min(self.config["n_features"], x.shape[1])
-        est = LogisticRegression(solver="liblinear", class_weight="balanced", C=1.0)
-        rfe = RFE(est, n_features_to_select=n).fit(sc.transform(x), np.asarray(y))
-        self.arrays = {"selected": np.flatnonzero(rfe.support_).astype(np.int64)}
-        return self
+    def __init__(self, features: tuple[str, ...] = L9_SELECTION):
+        bad = [f for f in features if f not in L9_CANDIDATES]
+        if bad or not features:
+            raise ValueError(f"L9 needs features from L9_CANDIDATES; bad: {bad}")
+        super().__init__(features=list(features))
 
     def _raw(self, records):
-        if not self.arrays:
-            raise ValueError("block L9 is not fitted")
-        return self._all(records)[:, self.arrays["selected"]]
+        return l9_matrix(records, self.config["features"])
+
+
+def l9_matrix(records: list[ExampleRecord], features) -> np.ndarray:
+    """``[n, len(features)]`` pooled logit statistics named ``"<statistic>.<pool>"``.
+
+    Raises:
+        ValueError: The records hold another number of logit statistics than ``LOGIT_STAT_NAMES``
+            (extracted by an older version: re-extract them).
+    """
+    v = len(LOGIT_STAT_NAMES)
+    if any(r.logit_pooled.shape != (v, len(POOLS)) for r in records):
+        shapes = sorted({tuple(r.logit_pooled.shape) for r in records})
+        raise ValueError(
+            f"records hold logit statistics of shapes {shapes}, expected ({v}, 4); re-extract them"
+        )
+    idx = [(LOGIT_STAT_NAMES.index(f.rsplit(".", 1)[0]), POOLS.index(f.rsplit(".", 1)[1])) for f in features]
+    rows, cols = np.array([i for i, _ in idx]), np.array([j for _, j in idx])
+    return np.stack([r.logit_pooled[rows, cols] for r in records]).astype(np.float64)
 
 
 _BLOCKS = {c.name: c for c in (A7Block, A64Block, H64Block, L9Block)}
@@ -221,7 +257,9 @@ def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> B
     name = config.pop("name", None)
     if name not in _BLOCKS:
         raise ValueError(f"unknown feature block {name!r}; expected one of {sorted(_BLOCKS)}")
-    if name == "A7":
+    if name == "L9" and "features" not in config:
+        raise ValueError("this L9 block was refit per training split by an older halluprobe; retrain it")
+    if name in ("A7", "L9"):
         config["features"] = tuple(config["features"])
     block = _BLOCKS[name](**config)
     block.arrays = {k: np.asarray(v) for k, v in arrays.items()}

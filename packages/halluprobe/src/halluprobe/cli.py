@@ -7,6 +7,8 @@ so ``halluprobe --help`` is fast; every command imports what it needs inside its
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,8 @@ DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H6
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
 CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
+BUILDERS = ("ragtruth", "ragtruth-original", "halubench", "trivia-plus", "phantom", "faithbench")
+"""halubench-data builders that take one source path (``NAME:PATH``)."""
 """halubench-data claim-level sets, built by ``build_claims(name, path)``."""
 DEFAULT_TOKEN_BUDGET = 16384
 """Tokens per proxy forward (``--token-budget``): batches are packed up to it."""
@@ -83,6 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
     )
+    for block in ("a7", "l9"):
+        p.add_argument(
+            f"--{block}-selection", default=None, metavar="FILE",
+            help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
+            "selection, halluprobe/selections/" + f"{block}.json)",
+        )  # fmt: skip
+    for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
+        p = sub.add_parser(
+            f"select-{block.lower()}",
+            help=f"choose {block}'s {n} {what} features once by grouped 5-fold CV on a training split "
+            "(paper Appendix L.1); writes a selection JSON for train --{block.lower()}-selection",
+        )
+        _add_data_args(p)
+        p.add_argument(
+            "--out", default="runs/select", help="run folder: cache in OUT/cache, selection in "
+            f"OUT/{block.lower()}.json (default runs/select)",
+        )  # fmt: skip
+        p.add_argument("--split", default="train", choices=("train", "validation", "test"))
+        p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
     p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
     _add_data_args(p)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
@@ -133,18 +156,33 @@ def _add_stream_parser(sub) -> None:
     clikit.add_device_arg(p)
 
 
-def parse_layers(text: str | None) -> tuple[int, ...] | None:
-    """``'0-3,7'`` -> ``(0, 1, 2, 3, 7)``; ``None`` -> ``None`` (all layers)."""
+MAX_LAYERS = 4096
+"""Bound of ``--layers`` before the proxy's own layer count is known (more than any model has)."""
+
+
+def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ...] | None:
+    """``'0-3,7'`` -> ``(0, 1, 2, 3, 7)``; ``None`` -> ``None`` (all layers).
+
+    Every bound is checked before a range is built: against ``n_layers`` (the proxy's layer count)
+    when given, else against `MAX_LAYERS`, so ``0-100000000`` fails at once.
+    """
     if text is None:
         return None
-    out: set[int] = set()
+    bounds: list[tuple[int, int]] = []
     try:
         for part in text.split(","):
             lo, _, hi = part.strip().partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
+            bounds.append((int(lo), int(hi or lo)))
     except ValueError as exc:
         raise ValueError(f"--layers expects e.g. '0-11' or '3,5,7', got {text!r}") from exc
-    return tuple(sorted(out))
+    limit = MAX_LAYERS if n_layers is None else n_layers
+    for first, last in bounds:
+        if not 0 <= first <= last:
+            raise ValueError(f"--layers {text!r}: range {first}-{last} is empty or negative")
+        if last >= limit:
+            what = f"the proxy has {n_layers} layers (0-{n_layers - 1})" if n_layers else f"at most {limit}"
+            raise ValueError(f"--layers {text!r}: layer {last} is out of range; {what}")
+    return tuple(sorted({i for first, last in bounds for i in range(first, last + 1)}))
 
 
 def parse_limit(text: str | int | None, dataset: str) -> int | None:
@@ -154,9 +192,12 @@ def parse_limit(text: str | int | None, dataset: str) -> int | None:
     if text == "auto":
         return DEFAULT_TRAIN_LIMIT if dataset == "default" else None
     try:
-        return int(text)
+        value = int(text)
     except ValueError as exc:
         raise ValueError(f"--limit expects a number, 'auto' or 'all', got {text!r}") from exc
+    if value < 2:
+        raise ValueError(f"--limit must be at least 2 examples per split (or 'all'), got {value}")
+    return value
 
 
 def load_dataset(spec: str, limit: int | None = None):
@@ -165,17 +206,25 @@ def load_dataset(spec: str, limit: int | None = None):
 
     if spec == "default":
         ds = hd.build_default()
-    elif spec.endswith(".jsonl") or Path(spec).is_file():
+    elif Path(spec).is_dir():
+        raise ValueError(f"--dataset {spec} is a folder; expected a .jsonl file, 'default' or NAME:PATH")
+    elif Path(spec).is_file():
         ds = hd.read_jsonl(spec)
-    elif ":" in spec:
+    elif re.match(r"^[a-z][a-z0-9-]*:", spec):
         name, source = spec.split(":", 1)
+        builders = {**{n: n for n in CLAIM_SETS}, **{n: n for n in BUILDERS}}
+        if name not in builders:
+            raise ValueError(
+                f"--dataset {spec!r}: unknown builder {name!r}; expected one of {sorted(builders)}"
+            )
+        if not Path(source).exists():
+            raise FileNotFoundError(f"--dataset {spec!r}: source {source} does not exist")
         if name in CLAIM_SETS:
             ds = hd.builders.build_claims(name, source)
         else:
-            builder = getattr(hd.builders, f"build_{name.replace('-', '_')}", None)
-            if builder is None:
-                raise ValueError(f"unknown halubench-data builder {name!r}")
-            ds = builder(source)
+            ds = getattr(hd.builders, f"build_{name.replace('-', '_')}")(source)
+    elif spec.endswith(".jsonl"):
+        raise FileNotFoundError(f"--dataset {spec}: no such file")
     else:
         raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
     if limit is not None:
@@ -207,30 +256,60 @@ def _subsample(part, limit: int) -> list:
 
 def _setup(args):
     """Dataset, extractor, cache and distributed world of a run (``torchrun`` starts one per device)."""
+    device = clikit.resolve_device(args.device)  # before any heavy import: a bad device fails at once
+    clikit.check_out_dir(args.out)
+    parse_layers(args.layers)  # the syntax, before the proxy loads
+    if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
+        raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
+    if getattr(args, "graphs", False) and not device.startswith("cuda"):
+        raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
+    ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
     from halluprobe.distributed import init_world
     from halluprobe.extract import ProxyExtractor
 
-    device = clikit.resolve_device(args.device)
     args.world = init_world(device)
     device = args.world.device(device)
-    ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
     if args.world.main:
         clikit.status(
             f"dataset {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation, {len(ds.test)} test"
         )
-    if getattr(args, "graphs", False) and not device.startswith("cuda"):
-        raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
-    model, tok = load_model(args.proxy, device=device)
+    model, tok = load_proxy(load_model, args.proxy, device)
+    layers = parse_layers(args.layers, int(model.config.num_hidden_layers))
     ext = ProxyExtractor(
-        model, tok, parse_layers(args.layers), toha=bool(getattr(args, "toha", False)),
+        model, tok, layers, toha=bool(getattr(args, "toha", False)),
         graph_buckets=(128, 64) if getattr(args, "graphs", False) else None,
     )  # fmt: skip
     settings = {**ext.settings, "proxy": args.proxy or "default"}
     cache = FeatureCache(Path(args.out) / "cache", settings)
     return ds, ext, cache
+
+
+def load_proxy(load_model, proxy: str | None, device: str):
+    """``load_model(proxy)`` with a named ``--proxy`` error for a missing folder or unloadable weights."""
+    import pickle
+
+    if clikit.is_quiet():  # Transformers' own progress bars and load reports go too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    try:
+        return load_model(proxy, device=device)
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        where = proxy or "the default SmolLM2"
+        raise ValueError(f"--proxy {where}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+
+
+def _looks_like_path(name: str) -> bool:
+    """A local path rather than a hub id ``org/name``: absolute, ``./``, ``~``, a file suffix or >1 slash."""
+    return (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or name.endswith((".gguf", ".safetensors", ".bin"))
+    )
 
 
 def _extract_split(ds, ext, cache, split: str, args):
@@ -267,9 +346,15 @@ def cmd_extract(args) -> int:
 
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
+    from halluprobe.blocks import parse_feature_set
     from halluprobe.distributed import close_world
     from halluprobe.training import run_training
 
+    sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
+    if not sets:
+        raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
+    for name in sets:
+        parse_feature_set(name)  # a bad name fails before the proxy runs
     ds, ext, cache = _setup(args)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
         records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
@@ -277,7 +362,6 @@ def cmd_train(args) -> int:
         close_world(args.world)
     if not args.world.main:
         return 0
-    sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     table = run_training(
         ds,
         records,
@@ -287,9 +371,52 @@ def cmd_train(args) -> int:
         proxy=args.proxy,
         published=not args.no_published,
         toha=args.toha,
+        **_selections(args),
     )
     print(table)
     print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def _selections(args) -> dict:
+    """``a7_features`` / ``l9_features`` from ``--a7-selection`` / ``--l9-selection`` files, when given."""
+    from halluprobe.selection import Selection
+
+    out = {}
+    for block in ("A7", "L9"):
+        path = getattr(args, f"{block.lower()}_selection", None)
+        if path is not None:
+            out[f"{block.lower()}_features"] = Selection.load(path, block).features
+    return out
+
+
+def cmd_select(args) -> int:
+    """``halluprobe select-a7`` / ``select-l9``: the paper's one-off feature selection on a training split."""
+    import numpy as np
+
+    from halluprobe.selection import run_selection
+
+    block = args.command.removeprefix("select-").upper()
+    ds, ext, cache = _setup(args)
+    records = _extract_split(ds, ext, cache, args.split, args.batch_size)
+    part = ds.split(args.split)
+    data = {
+        "dataset": args.dataset,
+        "dataset_name": ds.name,
+        "split": args.split,
+        "limit": args.limit,
+        "proxy": args.proxy or "default (SmolLM2-135M-Instruct)",
+        "device": clikit.resolve_device(args.device),
+        "layers": args.layers or "all",
+    }
+    sel = run_selection(
+        block, records, np.asarray(part.labels), list(part.groups), ext, args.n_features, data
+    )
+    path = sel.save(Path(args.out) / f"{block.lower()}.json")
+    for step in sel.provenance.get("path", []):
+        print(f"  + {step['feature']:28s} CV AUROC {step['cv_auroc']:.4f} (C={step['C']})")
+    print(f"{block} features: {', '.join(sel.features)}")
+    print(f"selection: {path}")
     return 0
 
 
@@ -303,6 +430,12 @@ def cmd_evaluate(args) -> int:
     from halluprobe.extract import extract_records
 
     device = clikit.resolve_device(args.device)
+    for flag, value in (("--layers", args.layers), ("--proxy", args.proxy)):
+        if value is not None:
+            raise clikit.UsageError(
+                f"{flag} does not apply to evaluate: the detector fixes its proxy and layers"
+            )
+    clikit.check_out_dir(args.out)
     det = Detector.load(args.detector)
     ext = det.extractor(device)
     part = load_dataset(args.dataset, parse_limit(args.limit, args.dataset)).split(args.split)
@@ -316,7 +449,7 @@ def cmd_evaluate(args) -> int:
         length=ext.length,
         progress=not clikit.is_quiet(),
     )
-    scores = det.fit.predict_proba(recs)
+    scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
     print(results_table({f"{det.fit.feature_set} ({args.split})": res}))
     return 0
@@ -408,12 +541,31 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "select-a7": cmd_select,
+    "select-l9": cmd_select,
 }
+
+
+PARALLEL_COMMANDS = ("extract", "train")
+"""Commands that run under ``torchrun`` (data-parallel extraction); the others refuse to."""
+
+
+def _one_process(name: str, command):
+    def run(args) -> int:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"`halluprobe {name}` runs in one process; under torchrun only "
+                f"{' and '.join(PARALLEL_COMMANDS)} run"
+            )
+        return command(args)
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``halluprobe`` command (exit status as in `halubench_data.clikit`)."""
-    return clikit.run(build_parser(), COMMANDS, argv)
+    commands = {n: c if n in PARALLEL_COMMANDS else _one_process(n, c) for n, c in COMMANDS.items()}
+    return clikit.run(build_parser(), commands, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

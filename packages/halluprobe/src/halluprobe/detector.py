@@ -3,16 +3,21 @@
 On disk a detector is a folder with two files:
 
 - ``detector.json``: format version, proxy, scored and hidden layers, the feature recipe (feature
-  set, each block's config, ``C``, threshold, selections), package versions, and the SHA-256 of
+  set, each block's config, ``C``, threshold, selections), package versions, the SHA-256 of the
+  tensor file, and ``integrity``: the SHA-256 of all of the above (see
+  `halluprobe.detector_file.document_digest`).
 - ``detector.safetensors``: every fitted array (block scalers, PCA components, RFE selection,
   final scaler, logistic weights).
 
-[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code from
-the files, and it rejects another format version or a tensor file whose hash does not match.
+[`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code
+from the files. It opens only regular files of bounded size (no links, FIFOs or devices), and rejects
+another format version, any edit to either file, a field of the wrong type or range, and any
+non-finite array or array whose shape the metadata does not promise.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -24,17 +29,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
+from halluprobe.cache import atomic_write_bytes, sha256_file
+from halluprobe.protocol import ProbeFit
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
 
     from halluprobe.extract import ProxyExtractor
-from halluprobe.cache import atomic_write_bytes, sha256_file
-from halluprobe.protocol import ProbeFit
 
-FORMAT_VERSION = 1
-"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it."""
+FORMAT_VERSION = 3
+"""Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
+
+Version 2 (issue 16): L9 stores its fixed feature names (version 1 stored a per-split RFE over the
+seven old logit statistics, which records no longer hold). Version 3 (issue 21): ``detector.json``
+carries an ``integrity`` hash of all its fields, so any edit to the metadata is refused."""
 
 _JSON, _TENSORS = "detector.json", "detector.safetensors"
 
@@ -82,6 +92,8 @@ class Detector:
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
+        self.source: Path | None = None
+        """The folder this detector was loaded from (None when built in memory)."""
         self._extractor: ProxyExtractor | None = None
 
     def save(self, path: str | Path) -> Path:
@@ -119,52 +131,76 @@ class Detector:
             "intercept": self.fit.intercept,
             "C": self.fit.C,
             "threshold": self.fit.threshold,
-            "val_auroc": self.fit.val_auroc,
+            "val_auroc": self.fit.val_auroc if np.isfinite(self.fit.val_auroc) else None,
             "selection": self.fit.selection,
             "versions": _versions(),
             "tensors_sha256": digest,
         }
-        atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1).encode())
+        doc["integrity"] = dfile.document_digest(doc)
+        atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1, allow_nan=False).encode())
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Detector:
-        """Read a detector saved by [`save`][halluprobe.Detector.save].
+        """Read a detector saved by [`save`][halluprobe.Detector.save], checking all its verdict depends on.
 
         Raises:
-            FileNotFoundError: A file is missing.
-            ValueError: Another format version, a tensor file that does not match its hash, or a
-                malformed document.
+            FileNotFoundError: The folder or a file is missing.
+            NotADirectoryError: ``path`` is a file.
+            ValueError: Another format version, a file that does not match the integrity hash, a file
+                that is a link, FIFO or device or too large, or a malformed field or array (each named).
         """
-        from safetensors.numpy import load_file
+        from safetensors import SafetensorError
+        from safetensors.numpy import load as load_tensors
 
         path = Path(path)
-        doc = json.loads((path / _JSON).read_text())
+        where = str(path / _JSON)
+        try:
+            doc = json.loads(
+                dfile.read_member(path, _JSON, dfile.MAX_JSON_BYTES), parse_constant=_no_constant
+            )
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where} is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
             got = doc.get("format_version") if isinstance(doc, dict) else None
             raise ValueError(
-                f"{path / _JSON} has detector format version {got!r}; this halluprobe reads version "
+                f"{where} has detector format version {got!r}; this halluprobe reads version "
                 f"{FORMAT_VERSION}. Retrain the detector with this version."
             )
-        if sha256_file(path / _TENSORS) != doc.get("tensors_sha256"):
+        if doc.get("integrity") != dfile.document_digest(doc):
+            raise ValueError(
+                f"{where} does not match its integrity hash: the detector's metadata was modified"
+            )
+        raw = dfile.read_member(path, _TENSORS, dfile.MAX_TENSOR_BYTES)
+        if hashlib.sha256(raw).hexdigest() != doc.get("tensors_sha256"):
             raise ValueError(f"{path / _TENSORS} does not match the hash in {_JSON}: the file was modified")
-        tensors = load_file(str(path / _TENSORS))
+        dfile.check_document(doc, where)
         try:
-            blocks = []
-            for i, cfg in enumerate(doc["blocks"]):
-                prefix = f"block{i}."
-                arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-                blocks.append(block_from_state(cfg, arrays))
-            scaler = Standardizer()
-            scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
-            fit = ProbeFit(
-                feature_set=str(doc["feature_set"]), blocks=blocks, scaler=scaler, coef=tensors["coef"],
-                intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
-                val_auroc=float(doc["val_auroc"]), selection=dict(doc.get("selection", {})),
-            )  # fmt: skip
-            return cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"])
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{path} is not a valid halluprobe detector: {exc!r}") from exc
+            tensors = load_tensors(raw)
+        except SafetensorError as exc:
+            raise ValueError(f"{path / _TENSORS} is not a safetensors file: {exc}") from None
+        fit = _fit_from(doc, tensors, str(path / _TENSORS))
+        det = cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"])
+        det.source = path
+        return det
+
+    def score_records(self, records: list, *, logits: bool = False) -> np.ndarray:
+        """``[n]`` probabilities (or logits) of ``records``; higher = more likely hallucinated.
+
+        Raises:
+            ValueError: the records do not fit the detector (naming the detector and the expected shape).
+            FloatingPointError: a score is not finite (non-finite features); never a silent verdict.
+        """
+        try:
+            out = self.fit.decision_function(records)
+        except ValueError as exc:
+            raise ValueError(f"detector {self.source or self.fit.feature_set}: {exc}") from None
+        if not np.isfinite(out).all():
+            raise FloatingPointError(
+                f"detector {self.source or self.fit.feature_set}: {int((~np.isfinite(out)).sum())} score(s) "
+                "are not finite (the proxy produced non-finite features); refusing to give a verdict"
+            )
+        return out if logits else 1.0 / (1.0 + np.exp(-out))
 
     def info(self) -> dict[str, Any]:
         """Feature set, threshold and selections, for display."""
@@ -210,8 +246,8 @@ class Detector:
         from halluprobe.records import reduce_forward, token_records
 
         (record,) = reduce_forward(fs, ["query"])
-        logit = float(self.fit.decision_function([record])[0])
-        token_logits = self.fit.decision_function(token_records(fs, 0, record))
+        logit = float(self.score_records([record], logits=True)[0])
+        token_logits = self.score_records(token_records(fs, 0, record), logits=True)
         prob = 1.0 / (1.0 + np.exp(-logit))
         return Prediction(
             probability=prob,
@@ -220,6 +256,33 @@ class Detector:
             token_scores=1.0 / (1.0 + np.exp(-token_logits)),
             tokens=list(tokens),
         )
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"a detector file holds the non-finite number {name}; every field must be finite")
+
+
+def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], where: str) -> ProbeFit:
+    """The `ProbeFit` of a checked document and its tensors (every array checked)."""
+    blocks, width = [], 0
+    for i, cfg in enumerate(doc["blocks"]):
+        prefix = f"block{i}."
+        arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        try:
+            block = block_from_state(cfg, arrays)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: block {i} ({cfg.get('name')!r}) is malformed: {exc!r}") from None
+        width += dfile.block_width(block.name, block.config, block.arrays, where)
+        blocks.append(block)
+    dfile.check_final(tensors, width, where)
+    scaler = Standardizer()
+    scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
+    return ProbeFit(
+        feature_set=doc["feature_set"], blocks=blocks, scaler=scaler, coef=tensors["coef"],
+        intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
+        val_auroc=float("nan") if doc["val_auroc"] is None else float(doc["val_auroc"]),
+        selection=dict(doc.get("selection", {})),
+    )  # fmt: skip
 
 
 @dataclass

@@ -118,6 +118,44 @@ class LookbackLens(_LinearProbe):
     """
 
 
+def _prefix_by_auroc(X, y, ranked, max_heads: int) -> np.ndarray:
+    """The first ``m <= max_heads`` columns of ``ranked`` whose mean has the best AUROC (ties: smaller m)."""
+    best = None
+    for m in range(1, min(int(max_heads), len(ranked)) + 1):
+        a = _auroc(X[:, ranked[:m]].mean(1), y)
+        if best is None or a > best[0]:
+            best = (a, np.asarray(ranked[:m]))
+    if best is None:
+        raise ValueError(f"no head to choose from: max_heads={max_heads}, {len(ranked)} ranked heads")
+    return best[1]
+
+
+class LookbackLensHeads(_ScoreDetector):
+    """The paper's Lookback Lens variant (Appendix M): the mean lookback ratio of at most 10 heads.
+
+    Input: `lookback_matrix` ``[n, NL * H]``. ``fit`` ranks heads by their own AUROC (of
+    ``-ratio``: a hallucinated answer looks back at the context less) and keeps the first
+    ``m <= max_heads`` whose mean has the best AUROC on the data given to ``fit`` (the protocol passes
+    the validation split). Score = minus the mean lookback ratio of the kept heads (higher = more likely
+    hallucinated). Beside `LookbackLens`, the original all-heads logistic regression.
+
+    Args:
+        max_heads: Most heads averaged (10 in the paper).
+    """
+
+    def __init__(self, max_heads: int = 10):
+        self.max_heads = max_heads
+
+    def _fit_scores(self, X, y):
+        if int(self.max_heads) < 1:
+            raise ValueError(f"max_heads must be >= 1, got {self.max_heads}")
+        own = np.array([_auroc(-X[:, j], y) for j in range(X.shape[1])])
+        self.heads_ = _prefix_by_auroc(-X, y, np.argsort(-own, kind="stable"), self.max_heads)
+
+    def _score(self, X):
+        return -X[:, self.heads_].mean(1)
+
+
 class SinkProbe(_LinearProbe):
     """SinkProbe: logistic regression on the ``k`` largest sink values ``c̄_j`` of every head.
 
@@ -180,22 +218,40 @@ class INTRYGUE(_ScoreDetector):
             raise ValueError(f"INTRYGUE head_order must index the {n_heads} head columns")
         return order
 
+    def _combine(self, X, heads):
+        """Score of the head columns ``heads`` (entropy times their mean sink rate)."""
+        return X[:, 0] * X[:, 1 + heads].mean(1)
+
     def _fit_scores(self, X, y):
         if X.shape[1] < 2:
-            raise ValueError("INTRYGUE needs an entropy column and at least one head column")
+            raise ValueError(f"{type(self).__name__} needs a first column and at least one head column")
         order = self._order(X.shape[1] - 1)
         best = None
         for k in sorted(self.ks):
             if k > len(order):
                 break
             heads = np.asarray(order[:k])
-            a = _auroc(X[:, 0] * X[:, 1 + heads].mean(1), y)
+            a = _auroc(self._combine(X, heads), y)
             if best is None or a > best[0]:
                 best = (a, heads)
         self.heads_ = best[1]
 
     def _score(self, X):
-        return X[:, 0] * X[:, 1 + self.heads_].mean(1)
+        return self._combine(X, self.heads_)
+
+
+class SinkRate(INTRYGUE):
+    """INTRYGUE's sink-rate term alone (the paper's Appendix M): the mean top-1 sink rate of the top-K heads.
+
+    Input: `intrygue_matrix` (its entropy column is ignored), ``[n, 1 + NL * H]``. Score = mean
+    top-1 sink rate ``max_j c̄_j`` of the ``K`` heads ranked first in ``head_order``, ``K`` in ``ks`` by
+    AUROC on the data given to ``fit``. Higher score (the induction heads idle on a sink) means more
+    likely hallucinated.
+    """
+
+    def _combine(self, X, heads):
+        """Score of the head columns ``heads`` (their mean sink rate; the entropy column is unused)."""
+        return X[:, 1 + heads].mean(1)
 
 
 class TOHA(_ScoreDetector):
@@ -212,13 +268,7 @@ class TOHA(_ScoreDetector):
 
     def _fit_scores(self, X, y):
         own = np.array([_auroc(X[:, j], y) for j in range(X.shape[1])])
-        ranked = np.argsort(-own, kind="stable")
-        best = None
-        for m in range(1, min(int(self.max_heads), X.shape[1]) + 1):
-            a = _auroc(X[:, ranked[:m]].mean(1), y)
-            if best is None or a > best[0]:
-                best = (a, ranked[:m])
-        self.heads_ = best[1]
+        self.heads_ = _prefix_by_auroc(X, y, np.argsort(-own, kind="stable"), self.max_heads)
 
     def _score(self, X):
         return X[:, self.heads_].mean(1)

@@ -138,7 +138,7 @@ def run_shard(
         records = compute(batch)
         if [r.id for r in records] != [ex.id for ex in batch]:
             raise ValueError("compute must return one record per example, in batch order")
-        part.add(records)
+        part.add(records, [cache.key(ex) for ex in batch])  # content keys, as extract_records uses
         if on_batch is not None:
             on_batch(len(records))
     world.barrier()

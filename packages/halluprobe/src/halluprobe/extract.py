@@ -108,9 +108,11 @@ def extract_records(
         cache.merge_parts()
     world.barrier()
     cache.refresh()
-    done = cache.ids
+    keys = [cache.key(ex) for ex in examples]
+    found = cache.lookup(keys)  # by content and settings: an edited example is computed again
     key = length or (lambda ex: len(ex.context) + len(ex.question) + len(ex.answer))
-    todo = [ex for ex in examples if ex.id not in done]
+    todo = [ex for ex, k in zip(examples, keys, strict=True) if k not in found]
+    key_of = dict(zip(ids, keys, strict=True))
     lengths = [key(ex) for ex in todo]
     plan = plan_batches(lengths, batch_size=batch_size, token_budget=token_budget, window=window)
     if world.size > 1:
@@ -128,13 +130,19 @@ def extract_records(
             records = compute(batch)
             if [r.id for r in records] != [ex.id for ex in batch]:
                 raise ValueError("compute must return one record per example, in batch order")
-            cache.add(records)
+            cache.add(records, [key_of[ex.id] for ex in batch])
+            found.update({key_of[r.id]: r for r in records})
             if bar is not None:
                 bar.update(len(batch))
     finally:
         if bar is not None:
             bar.close()
-    return cache.load(ids)
+    if world.size > 1:  # the other ranks' records, merged into the index by rank 0
+        found.update(cache.lookup([k for k in keys if k not in found]))
+    missing = [i for i, k in zip(ids, keys, strict=True) if k not in found]
+    if missing:
+        raise KeyError(f"records missing from cache {cache.root} after extraction: {missing[:5]}")
+    return [found[k] for k in keys]
 
 
 @dataclass
@@ -179,20 +187,39 @@ class ProxyExtractor:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What the records depend on (stored in the cache index)."""
+        """What the records depend on (part of every cache key): proxy, layers, TOHA, chat template."""
+        import hashlib
+
+        from flashstats_hf import LOGIT_STAT_NAMES
+
+        template = getattr(self.tokenizer, "chat_template", None)
         return {
+            "logit_stats": len(LOGIT_STAT_NAMES),
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
             "layers": list(self.layers) if self.layers is not None else None,
             "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
+            "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
-        """Token ids of the formatted example and the index of its first answer token."""
+        """Token ids of the formatted example and the index of its first answer token.
+
+        Raises:
+            ValueError: the example has more tokens than the proxy has positions
+                (``config.max_position_embeddings``). Inputs are never truncated silently: shorten the
+                context, drop the example, or use a proxy with a longer context.
+        """
         from flashstats_hf import format_example
 
         ids, start = format_example(self.tokenizer, ex.context, ex.question, ex.answer)
         ids = [int(t) for t in ids]
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(limit, int) and len(ids) > limit:
+            raise ValueError(
+                f"example {ex.id!r} has {len(ids)} tokens but the proxy reads at most {limit} positions; "
+                "halluprobe refuses rather than truncating: shorten its context or drop it"
+            )
         self._lengths[ex.id] = len(ids)
         return ids, int(start)
 

@@ -5,6 +5,8 @@
 - Ties go to the smaller ``K`` and ``C`` and, for the threshold, to the higher one.
 - ``K`` (A7's number of induction heads) in `KS` is chosen by the validation AUROC of A7 alone.
 - ``k`` (A64's sink values per head) in ``1..10`` by grouped five-fold cross-validation on train.
+- A7's and L9's features are a fixed selection (default: the packaged ones, chosen once by
+  `halluprobe.selection`), never reselected on a training split.
 - Nothing is refit on train + validation. Metrics come from `halubench_data.metrics`.
 """
 
@@ -16,7 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.blocks import A7Block, A64Block, Block, H64Block, L9Block, Standardizer, parse_feature_set
+from halluprobe.blocks import (
+    A7_SELECTION,
+    L9_SELECTION,
+    A7Block,
+    A64Block,
+    Block,
+    H64Block,
+    L9Block,
+    Standardizer,
+    parse_feature_set,
+)
 from halluprobe.records import MAX_SINKS, ExampleRecord
 
 CS: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
@@ -114,6 +126,7 @@ def select_heads(
     val: list[ExampleRecord],
     y_val: np.ndarray,
     ks: tuple[int, ...] = KS,
+    features: tuple[str, ...] = A7_SELECTION,
 ) -> tuple[int, dict[int, float]]:
     """Choose A7's ``K`` by validation AUROC of A7 alone (ties to the smaller K).
 
@@ -124,6 +137,7 @@ def select_heads(
         val: Validation records.
         y_val: Their labels.
         ks: Head counts searched.
+        features: A7's features.
 
     Returns:
         The chosen ``K`` and the validation AUROC of every ``K`` tried.
@@ -132,7 +146,7 @@ def select_heads(
     for k in sorted(ks):
         if k > len(order):
             break
-        scores[k] = fit_blocks([A7Block(order[:k])], "A7", train, y_train, val, y_val).val_auroc
+        scores[k] = fit_blocks([A7Block(order[:k], features)], "A7", train, y_train, val, y_val).val_auroc
     if not scores:
         raise ValueError("select_heads needs at least one head in the induction ranking")
     best = max(scores.values())
@@ -176,13 +190,20 @@ def select_sink_count(
     return min(k for k, s in valid.items() if s == best), scores
 
 
-def make_blocks(feature_set: str, heads: list[int], k: int, hidden_layer: int = 0) -> list[Block]:
+def make_blocks(
+    feature_set: str,
+    heads: list[int],
+    k: int,
+    hidden_layer: int = 0,
+    a7_features: tuple[str, ...] = A7_SELECTION,
+    l9_features: tuple[str, ...] = L9_SELECTION,
+) -> list[Block]:
     """Fresh (unfitted) blocks of a feature set, with A7's ``heads`` and A64's ``k``."""
     factories = {
-        "A7": lambda: A7Block(heads),
+        "A7": lambda: A7Block(heads, a7_features),
         "A64": lambda: A64Block(k),
         "H64": lambda: H64Block(hidden_layer),
-        "L9": lambda: L9Block(),
+        "L9": lambda: L9Block(l9_features),
     }
     return [factories[b]() for b in parse_feature_set(feature_set)]
 
@@ -196,6 +217,8 @@ def train_feature_sets(
     val: list[ExampleRecord],
     y_val: np.ndarray,
     progress: Callable[[str], None] | None = None,
+    a7_features: tuple[str, ...] = A7_SELECTION,
+    l9_features: tuple[str, ...] = L9_SELECTION,
 ) -> dict[str, ProbeFit]:
     """Run the whole protocol: choose ``K`` and ``k`` once, then fit every feature set.
 
@@ -208,13 +231,15 @@ def train_feature_sets(
         val: Validation records.
         y_val: Their labels.
         progress: Optional callable ``(message) -> None`` told about each step.
+        a7_features: A7's features (default the packaged selection).
+        l9_features: L9's features (default the packaged selection).
     """
     note = progress or (lambda msg: None)
     blocks_used = {b for s in feature_sets for b in parse_feature_set(s)}
     heads, k, extra = order[:1], 1, {}
     if "A7" in blocks_used:
         note("choosing K (induction heads) on validation")
-        best_k, scores = select_heads(order, train, y_train, val, y_val)
+        best_k, scores = select_heads(order, train, y_train, val, y_val, features=a7_features)
         heads, extra["K"] = order[:best_k], float(best_k)
     if "A64" in blocks_used:
         note("choosing k (sink values per head) by grouped 5-fold CV on train")
@@ -223,7 +248,8 @@ def train_feature_sets(
     fits = {}
     for name in feature_sets:
         note(f"fitting {name}")
-        fit = fit_blocks(make_blocks(name, heads, k), name, train, y_train, val, y_val)
+        blocks = make_blocks(name, heads, k, a7_features=a7_features, l9_features=l9_features)
+        fit = fit_blocks(blocks, name, train, y_train, val, y_val)
         used = parse_feature_set(name)
         fit.selection = {key: v for key, v in extra.items() if {"K": "A7", "k": "A64"}[key] in used}
         fits[name] = fit

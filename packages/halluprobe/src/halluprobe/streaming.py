@@ -199,7 +199,9 @@ class Follower:
         ids = self._answer_ids()
         if not ids:
             raise ValueError("the answer is empty: nothing to score")
-        return self._read(ids, done=True)
+        update = self._read(ids, done=True)
+        assert update is not None  # ids is not empty, so tokens were read
+        return update
 
     def prediction(self) -> Prediction:
         """The [`Prediction`][halluprobe.Prediction] of the answer read so far (scores of all its tokens)."""

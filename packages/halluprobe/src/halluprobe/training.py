@@ -50,10 +50,14 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
         out[name] = {"validation": det.raw_score(matrix(va)), "test": det.raw_score(matrix(te))}
 
     supervised("LookbackLens", d.LookbackLens, d.lookback_matrix)
+    chosen_on_validation("LookbackLens (<=10 heads)", d.LookbackLensHeads(), d.lookback_matrix)
     supervised("SinkProbe", d.SinkProbe, lambda r: d.sink_matrix(r, 1))
     chosen_on_validation("LLM-Check", d.LLMCheckAttention(), d.logdiag_matrix)
     ent = logit_names.index("entropy")
     chosen_on_validation("INTRYGUE", d.INTRYGUE(head_order=order), lambda r: d.intrygue_matrix(r, ent))
+    chosen_on_validation(
+        "INTRYGUE sink rate", d.SinkRate(head_order=order), lambda r: d.intrygue_matrix(r, ent)
+    )
     if toha:
         chosen_on_validation("TOHA", d.TOHA(), d.toha_matrix)
     rauq, lp = d.RAUQ().fit(), logit_names.index("answer_logprob")
@@ -69,9 +73,21 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
 
 
 def run_training(
-    ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True, toha: bool = False
+    ds,
+    records,
+    ext,
+    feature_sets: list[str],
+    out: Path,
+    *,
+    proxy,
+    published: bool = True,
+    toha: bool = False,
+    **selections,
 ) -> str:
-    """Fit, evaluate and report; returns the Markdown results table printed by the CLI."""
+    """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
+
+    ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections.
+    """
     from flashstats_hf import LOGIT_STAT_NAMES
     from halubench_data import text_only_baselines
     from halubench_data.metrics import evaluate, results_table, select_threshold
@@ -95,7 +111,7 @@ def run_training(
     )
     fits = train_feature_sets(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
-        labels["validation"], progress=print,
+        labels["validation"], progress=print, **selections,
     )  # fmt: skip
     results, test_scores = {}, {}
     for name, fit in fits.items():

@@ -69,6 +69,8 @@ def _build(args: argparse.Namespace) -> Dataset:
     from .default import build_default
 
     if args.name == "default":
+        if args.n_contexts < 2 or args.n_contexts % 2:
+            raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {args.n_contexts}")
         return build_default(seed=args.seed, n_contexts=args.n_contexts)
     if args.source is None:
         raise ValueError(f"builder {args.name!r} needs --source PATH")
@@ -124,6 +126,8 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     from .io import read_jsonl
     from .metrics import results_table
 
+    if args.n_bootstrap < 1:
+        raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
     ds = read_jsonl(args.file)
     print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
     return 0

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "ConventionParser",
     "UsageError",
     "add_device_arg",
+    "check_out_dir",
     "emit_json",
     "is_quiet",
     "make_parser",
@@ -159,6 +162,24 @@ def resolve_device(name: str | None, flag: str = "--device") -> str:
             f"{flag} {name}: unsupported device type {dev.type!r}; expected auto, cpu, cuda or mps"
         )
     return str(dev)
+
+
+def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """``path`` as an output folder that exists or can be created and is writable, or `UsageError`.
+
+    Nothing is created here: a command that fails later leaves no empty folder behind.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path} is a file; expected a folder")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: {probe} is not writable")
+    return path
 
 
 def is_quiet() -> bool:

@@ -124,12 +124,18 @@ def read_jsonl(path: str | os.PathLike[str], *, errors: Literal["raise", "drop"]
     drops: list[Drop] = []
     seen: set[str] = set()
     n_read = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; expected a JSONL file")
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             n_read += 1
             try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise RecordError("<text>", f"not UTF-8 (byte {err.start + 1} of the line)") from None
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as err:

@@ -87,6 +87,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)"
         )
     args.device = clikit.resolve_device(args.device)
+    clikit.check_out_dir(args.out)
     from halujudge._run import evaluate_command
 
     print(evaluate_command(args))

@@ -6,12 +6,13 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..dataset import Dataset, Drop, LoadReport
 from ..io import RecordError
-from ..leakage import assign_splits
+from ..leakage import UnionFind, assign_splits, link_groups
 from ..schema import Example
 
 
@@ -47,13 +48,40 @@ class Collector:
         self.n_read += 1
         self.drops.append(Drop(path, line, field, reason))
 
-    def finish(self, name: str, *, seed: int = 42, keep_splits: bool = False) -> Dataset:
-        """The dataset with splits by group (70/15/15 within every source and label) and its report."""
+    def finish(self, name: str, *, seed: int = 42, keep_splits: bool = False, link: bool = True) -> Dataset:
+        """The dataset with splits by group (70/15/15 within every source and label) and its report.
+
+        With ``link`` (every builder's default), groups whose contexts are near-duplicates by the
+        paper's 5-gram rule are merged first (`merge_near_duplicates`), so no near-duplicate context
+        crosses splits.
+        """
+        if link and not keep_splits:
+            self.examples = merge_near_duplicates(self.examples)
         ds = Dataset(tuple(self.examples), name)
         if not keep_splits and len(ds):
             ds = ds.with_splits(assign_splits(ds.groups, [(e.source, e.label) for e in ds], seed=seed))
         report = LoadReport(self.source, self.n_read, len(ds), tuple(self.drops), dict(self.filtered))
         return Dataset(ds.examples, name, report)
+
+
+def merge_near_duplicates(exs: list[Example]) -> list[Example]:
+    """Merge groups that share an example or hold near-duplicate contexts (the 5-gram rule), per source.
+
+    A group and every group linked to it by a near-duplicate context become one group, named after
+    its first member in input order (the original groups are kept whole, never split).
+    """
+    if not exs:
+        return exs
+    linked = link_groups([e.context for e in exs], [e.source for e in exs], prefix="\x00lnk")
+    names = list(dict.fromkeys([*(e.group for e in exs), *linked]))  # groups first: they name the merge
+    index = {g: k for k, g in enumerate(names)}
+    uf = UnionFind(len(names))
+    for e, g in zip(exs, linked, strict=True):
+        uf.union(index[e.group], index[g])
+    first: dict[int, str] = {}
+    for e in exs:
+        first.setdefault(uf.find(index[e.group]), e.group)
+    return [replace(e, group=first[uf.find(index[e.group])]) for e in exs]
 
 
 def read_json_lines(path: str | os.PathLike[str], col: Collector) -> Iterator[tuple[int, Any]]:

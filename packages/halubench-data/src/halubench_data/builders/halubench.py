@@ -29,7 +29,7 @@ from ..dataset import Dataset
 from ..io import RecordError
 from ..leakage import balance_lengths, filings_linked, link_groups
 from ..schema import Example, Split
-from ._common import Collector
+from ._common import Collector, merge_near_duplicates
 from .tabular import FieldMap, fill_groups, read_rows, row_example
 
 HALUBENCH_FIELDS = FieldMap(
@@ -67,7 +67,7 @@ def _from_rows(
         _halubench_filter(col, seed)
     else:
         col.examples = fill_groups(col.examples)
-    return col.finish("halubench", seed=seed)
+    return col.finish("halubench", seed=seed, link=False)  # linked (with the filings rule) when filtering
 
 
 def build_halubench(path: str | os.PathLike[str], *, apply_filters: bool = True, seed: int = 42) -> Dataset:
@@ -152,15 +152,6 @@ def phantom_file(kind: str = "10k", tokens: int | str = 2000, position: str = "m
     return f"PhantomDataset/Phantom_{kind}_{int(tokens)}tokens_{position}.csv"
 
 
-def _link(exs: list[Example]) -> list[Example]:
-    """Merge groups whose contexts are near-duplicates (the 5-gram rule), per source."""
-    linked = link_groups([e.context for e in exs], [e.source for e in exs], prefix="lnk")
-    merged: dict[str, str] = {}
-    for e, g in zip(exs, linked, strict=True):
-        merged.setdefault(g, e.group)
-    return [replace(e, group=merged[g]) for e, g in zip(exs, linked, strict=True)]
-
-
 def _table_example(row: Any, line: int, name: str, fields: FieldMap, split_sources: bool) -> Example:
     ex = row_example(row, line, prefix=name, fields=fields, split_sources=split_sources)
     alias = _SOURCE_ALIASES.get(ex.source.removeprefix(f"{name}_"))
@@ -202,7 +193,7 @@ def _build_table(
         exs = [replace(e, split=None) for e in exs]
         exs = _grouped(exs, link, "")
     col.examples = exs
-    return col.finish(name, seed=seed, keep_splits=keep)
+    return col.finish(name, seed=seed, keep_splits=keep, link=False)  # linked above (if `link`)
 
 
 def _grouped(exs: list[Example], link: bool, tag: str) -> list[Example]:
@@ -210,7 +201,7 @@ def _grouped(exs: list[Example], link: bool, tag: str) -> list[Example]:
     exs = fill_groups(exs)
     if tag:
         exs = [replace(e, group=f"{e.group}@{tag}") for e in exs]
-    return _link(exs) if link else exs
+    return merge_near_duplicates(exs) if link else exs
 
 
 def build_trivia_plus(

@@ -82,7 +82,7 @@ def _col_tile(
     else:
         b_u = b_s * c2 - b_lse2[None, :]
     if MASKED:
-        counted = m_m & (pos_q >= plen) & (b_lse2 > float("-inf"))
+        counted = m_m & (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
         if HAS_MASK:
             counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
         vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from flashstats_kernels._problem import fold_scale_sign
 from flashstats_kernels.ops.columns.fused import _col_range
 from flashstats_kernels.ops.forward.fused import (
     _fwd_range,
@@ -38,7 +39,7 @@ from flashstats_kernels.ops.lookups.fused import _lookup
 from flashstats_kernels.state import ColumnState
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
-_LN2 = 0.6931471805599453
+_LN2 = tl.constexpr(0.6931471805599453)
 _N_STATE = 6  # m, l, a, q2, pm, n
 
 
@@ -159,20 +160,23 @@ def _merge_kernel(
     i_h = i_kh * GROUP + o_g  # [BM] query head
     has = b_l > 0.0
     b_ls = tl.where(has, b_l, 1.0)
+    b_nan = tl.where(b_l != b_l, float("nan"), 0.0)  # a NaN/+inf visible score: a NaN row (SEMANTICS.md)
     p_o = Out + i_b * sob + i_h[:, None] * soh + o_r[:, None] * som + o_d[None, :] * sod
-    tl.store(p_o, (b_acc / b_ls[:, None]).to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
+    b_o = b_acc / b_ls[:, None] + b_nan[:, None]
+    tl.store(p_o, b_o.to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
     o_row = (i_b * Hq + i_h) * R + o_r  # [BM] offsets into [B, Hq, R]
-    b_lse2 = tl.where(has, b_mx + tl.log2(b_ls), float("-inf"))
+    b_lse2 = tl.where(has, b_mx + tl.log2(b_ls), float("-inf")) + b_nan
     tl.store(Lse + o_row, b_lse2 * _LN2, mask=m_m)
     if ROWS:
-        b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * _LN2, 0.0)
+        b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * _LN2, 0.0) + b_nan
         tl.store(Stats + o_row, b_ent, mask=m_m)
         b_nf = tl.maximum(b_n, 2.0)
-        tl.store(Stats + stat_stride + o_row, tl.where(b_n > 1.0, b_ent / tl.log(b_nf), 0.0), mask=m_m)
-        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls, mask=m_m)
-        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0), mask=m_m)
+        b_norm = tl.where(b_n > 1.0, b_ent / tl.log(b_nf), 0.0) + b_nan
+        tl.store(Stats + stat_stride + o_row, b_norm, mask=m_m)
+        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls + b_nan, mask=m_m)
+        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
         b_q2s = tl.where(has, b_q2, 1.0)
-        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0), mask=m_m)
+        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
     if LOOKUPS:
         p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
         b_q = tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0).to(tl.float32)
@@ -292,6 +296,7 @@ def decode_triton(
     Returns:
         AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked.
     """
+    q, scale = fold_scale_sign(q, scale)
     g = launch_geometry(q, k, key_mask, softcap, window)
     cfg = decode_config(g.block_d, g.group * g.R)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]

@@ -35,19 +35,21 @@ def _tile_forward(
         rows: whether to compute T1.
     """
     s = s.masked_fill(~vis, float("-inf"))
+    # Non-finite rule (SEMANTICS.md): a NaN or +inf score at a visible key makes the row NaN.
+    poison = torch.where((torch.isnan(s) | (s == float("inf"))).any(-1), float("nan"), 0.0)  # [B, Hkv, G, C]
     m = s.amax(-1, keepdim=True)  # [B, Hkv, G, C, 1]
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m)  # 0 where not visible
     norm = e.sum(-1)  # [B, Hkv, G, C]
     seen = norm > 0
     inv_l = torch.where(seen, 1.0 / torch.where(seen, norm, 1.0), 0.0)
-    lse = torch.where(seen, m[..., 0] + torch.log(torch.where(seen, norm, 1.0)), float("-inf"))
+    lse = torch.where(seen, m[..., 0] + torch.log(torch.where(seen, norm, 1.0)), float("-inf")) + poison
     p = e * inv_l[..., None]
-    out = torch.matmul(p, vt)  # [B, Hkv, G, C, D]
+    out = torch.matmul(p, vt) + poison[..., None]  # [B, Hkv, G, C, D]
     if not rows:
         return out, lse
-    # H = log norm + sum_j p_j (m - s_j): both terms are >= 0, so nothing cancels.
-    gap = torch.where(vis, m - s, torch.zeros_like(s))
+    # H = log norm + sum_j p_j (m - s_j): both terms are >= 0, so nothing cancels (0 log 0 = 0).
+    gap = torch.where(vis & (e > 0), m - s, torch.zeros_like(s))
     entropy = torch.where(seen, torch.log(torch.where(seen, norm, 1.0)) + (p * gap).sum(-1), 0.0)
     n = vis.sum(-1).to(s.dtype)  # [B, 1, 1, C]
     many = n > 1
@@ -55,7 +57,8 @@ def _tile_forward(
     prompt_mass = (p * is_prompt).sum(-1)
     sum_sq = (e * e).sum(-1)
     effective = torch.where(seen, norm * norm / torch.where(seen, sum_sq, 1.0), 0.0)
-    return out, lse, entropy, normalized, prompt_mass, inv_l, effective
+    stats = (entropy, normalized, prompt_mass, inv_l, effective)
+    return out, lse, *(t + poison for t in stats)
 
 
 def forward_torch(

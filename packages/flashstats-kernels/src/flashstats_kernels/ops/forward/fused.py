@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashstats_kernels._problem import Varlen
+from flashstats_kernels._problem import Varlen, fold_scale_sign
 from flashstats_kernels.types import RowStats
 
 _MMA_NATIVE, _MMA_FP16, _MMA_FP32 = 0, 1, 2
@@ -113,8 +113,7 @@ def _fwd_tile(
     b_p = tl.exp2(b_u)  # [BM, BN], 0 where not visible
     b_ps = tl.sum(b_p, 1)
     if ROWS:
-        if MASKED:
-            b_u = tl.where(vis, b_u, 0.0)
+        b_u = tl.where(b_p > 0.0, b_u, 0.0)  # invisible keys and -inf scores: 0 log 0 = 0
         b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
         b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
         if PM == 0:
@@ -287,25 +286,28 @@ def _fwd_kernel(
 
     has = b_l > 0.0  # the row sees at least one key
     b_ls = tl.where(has, b_l, 1.0)
-    b_o = b_acc / b_ls[:, None]  # [BM, BD]
+    # l is NaN iff a visible score was NaN or +inf: such a row is NaN everywhere (SEMANTICS.md)
+    b_nan = tl.where(b_l != b_l, float("nan"), 0.0)  # [BM]
+    b_o = b_acc / b_ls[:, None] + b_nan[:, None]  # [BM, BD]
     p_o = Out + i_t * sob + i_h * soh + (q0 + o_m[:, None]) * som + o_d[None, :] * sod
     tl.store(p_o, b_o.to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
     o_row = o_row0 + o_m  # [BM] offsets into [B, Hq, R]
-    b_lse = tl.where(has, (b_mx + tl.log2(b_ls)) * 0.6931471805599453, float("-inf"))
+    b_lse = tl.where(has, (b_mx + tl.log2(b_ls)) * 0.6931471805599453, float("-inf")) + b_nan
     tl.store(Lse + o_row, b_lse, mask=m_m)
     if ROWS:
         if not HAS_MASK:  # visible keys are known without counting
             b_n = pos_q + 1
             if HAS_WINDOW:
                 b_n = tl.minimum(b_n, window)
-        b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * 0.6931471805599453, 0.0)
+        b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * 0.6931471805599453, 0.0) + b_nan
         b_nf = tl.maximum(b_n.to(tl.float32), 2.0)
         tl.store(Stats + o_row, b_ent, mask=m_m)
-        tl.store(Stats + stat_stride + o_row, tl.where(b_n > 1, b_ent / tl.log(b_nf), 0.0), mask=m_m)
-        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls, mask=m_m)
-        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0), mask=m_m)
+        b_norm = tl.where(b_n > 1, b_ent / tl.log(b_nf), 0.0) + b_nan
+        tl.store(Stats + stat_stride + o_row, b_norm, mask=m_m)
+        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls + b_nan, mask=m_m)
+        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
         b_q2s = tl.where(has, b_q2, 1.0)
-        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0), mask=m_m)
+        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -513,6 +515,7 @@ def forward_triton(
     Shape:
         q: [B, Hq, R, D]; k, v: [B, Hkv, L, D]; out: [B, Hq, R, D]; lse: [B, Hq, R].
     """
+    q, scale = fold_scale_sign(q, scale)
     g = launch_geometry(q, k, key_mask, softcap, window)
     lse, gaps = row_buffers(q, g, varlen)
     stats, _ = row_buffers(q, g, varlen, lead=(5 if rows else 1,))

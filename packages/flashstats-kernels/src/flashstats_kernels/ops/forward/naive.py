@@ -69,6 +69,9 @@ def naive_probabilities(
     visible = naive_visibility(b, r, seq, key_mask=key_mask, window=window, device=q.device)
     s_masked = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s_masked, dim=-1)  # [B, Hq, R]
+    # Non-finite rule (SEMANTICS.md): a NaN or +inf score at a visible key makes the row NaN.
+    poisoned = (torch.isnan(s_masked) | (s_masked == float("inf"))).any(-1)  # [B, Hq, R]
+    lse = lse.masked_fill(poisoned, float("nan"))
     p = torch.where(visible, torch.exp(s_masked - lse[..., None]), torch.zeros_like(s))
     return s, visible, lse, p
 
@@ -79,10 +82,11 @@ def naive_row_stats(
     """T1 statistics (float64) from materialised probabilities ``p [B, Hq, R, L]``."""
     seq = p.shape[-1]
     n = visible.sum(-1).to(p.dtype)  # [B, 1, R]
-    log_p = torch.where(visible, s - lse[..., None], torch.zeros_like(s))
+    log_p = torch.where(visible & (p != 0), s - lse[..., None], torch.zeros_like(s))  # 0 log 0 = 0
     entropy = -(p * log_p).sum(-1)
     log_n = torch.log(n.clamp(min=1.0))
     normalized = torch.where(n > 1, entropy / torch.where(n > 1, log_n, torch.ones_like(log_n)), 0.0)
+    normalized = torch.where(torch.isnan(lse), float("nan"), normalized)
     is_prompt = torch.arange(seq, device=p.device)[None, :] < prompt_len[:, None]  # [B, L]
     prompt_mass = (p * is_prompt[:, None, None, :]).sum(-1)
     sum_sq = (p * p).sum(-1)

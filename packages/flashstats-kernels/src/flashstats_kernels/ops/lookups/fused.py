@@ -32,7 +32,8 @@ def _lookup(
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):  # fmt: skip
     """``log2 p`` of key ``pos_k[r]`` for each row ``r`` (``-inf`` where the key is not visible)."""
-    vis = valid & (pos_k >= 0) & (pos_k < L) & (pos_k <= pos_q) & (b_lse2 > float("-inf"))  # [BM]
+    # [BM]; a NaN row (lse NaN) keeps its keys visible, so its lookups are NaN
+    vis = valid & (pos_k >= 0) & (pos_k < L) & (pos_k <= pos_q) & (b_lse2 != float("-inf"))
     if HAS_WINDOW:
         vis = vis & (pos_k > pos_q - window)
     if HAS_MASK:

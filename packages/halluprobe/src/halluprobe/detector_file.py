@@ -1,0 +1,160 @@
+"""Reading a saved detector safely: bounded regular files, one integrity hash, every field checked.
+
+A detector's verdict depends on ``detector.json`` (threshold, intercept, block configs, layers,
+proxy) as much as on ``detector.safetensors``; `document_digest` hashes both (the JSON in a
+canonical form plus the tensor file's SHA-256), so an edit to either is refused on load. The hash
+detects modification; it is not a signature (whoever can write the folder can recompute it).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MAX_JSON_BYTES = 16 << 20
+"""Largest ``detector.json`` read (a real one is a few kilobytes)."""
+MAX_TENSOR_BYTES = 2 << 30
+"""Largest ``detector.safetensors`` read."""
+
+
+def read_member(folder: Path, name: str, limit: int) -> bytes:
+    """The bytes of ``folder/name``: a regular file (no link, FIFO or device) of at most ``limit`` bytes.
+
+    Raises:
+        FileNotFoundError: the folder or the file is missing.
+        NotADirectoryError: ``folder`` is a file.
+        ValueError: the member is a symlink, not a regular file, or too large.
+    """
+    if not folder.exists():
+        raise FileNotFoundError(f"detector folder {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"detector path {folder} is a file; expected the detector's folder")
+    path = folder / name
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing: not a saved detector folder") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symbolic link; a detector's files must be regular files") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file (a FIFO, device or folder)")
+        if info.st_size > limit:
+            raise ValueError(
+                f"{path} has {info.st_size} bytes, more than the {limit} a detector file may have"
+            )
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} grew past {limit} bytes while it was read")
+    return data
+
+
+def document_digest(doc: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``doc`` without its ``integrity`` field (which stores this value).
+
+    ``doc`` carries ``tensors_sha256``, so the digest covers the tensor file too.
+    """
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _number(doc: dict, key: str, where: str, *, lo: float | None = None, hi: float | None = None) -> float:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: field {key!r} must be a finite number, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{where}: field {key!r} must lie in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _int_list(value: Any, key: str, where: str, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise ValueError(f"{where}: field {key!r} must be a list of non-negative integers, got {value!r}")
+
+
+def check_document(doc: Any, where: str) -> None:
+    """Types, ranges and finiteness of every field a verdict depends on.
+
+    Raises:
+        ValueError: naming ``where`` (the file) and the field.
+    """
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    _number(doc, "threshold", where, lo=0.0, hi=1.0)
+    _number(doc, "intercept", where)
+    _number(doc, "C", where, lo=0.0)
+    if doc.get("val_auroc") is not None:  # null when validation had one class
+        _number(doc, "val_auroc", where, lo=0.0, hi=1.0)
+    if not isinstance(doc.get("feature_set"), str) or not doc["feature_set"]:
+        raise ValueError(
+            f"{where}: field 'feature_set' must be a non-empty string, got {doc.get('feature_set')!r}"
+        )
+    if doc.get("proxy") is not None and not isinstance(doc["proxy"], str):
+        raise ValueError(f"{where}: field 'proxy' must be a string or null, got {doc['proxy']!r}")
+    _int_list(doc.get("layers"), "layers", where, optional=True)
+    _int_list(doc.get("hidden_layers"), "hidden_layers", where, optional=False)
+    blocks = doc.get("blocks")
+    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
+        raise ValueError(f"{where}: field 'blocks' must be a non-empty list of objects")
+    if not isinstance(doc.get("selection", {}), dict):
+        raise ValueError(f"{where}: field 'selection' must be an object")
+
+
+def _expect(name: str, arr: np.ndarray, shape: tuple[int, ...], where: str) -> None:
+    if arr.shape != shape:
+        raise ValueError(
+            f"{where}: tensor {name!r} has shape {arr.shape}; the detector's metadata promise {shape}"
+        )
+
+
+def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: str) -> int:
+    """Checks one block's arrays (finite, consistent shapes); returns its number of output features."""
+    for key, arr in arrays.items():
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ValueError(f"{where}: tensor 'block.{key}' of block {name} has non-finite values")
+    if name == "A7":
+        return len(config.get("features", ()))
+    if name == "L9":  # a fixed selection in the config, nothing fitted
+        return len(config.get("features", ()))
+    missing = {"mean", "scale", "center", "components"} - set(arrays)
+    if missing:
+        raise ValueError(f"{where}: block {name} lacks tensors {sorted(missing)}")
+    comp = arrays["components"]
+    if comp.ndim != 2 or comp.shape[0] < 1:
+        raise ValueError(f"{where}: block {name} 'components' must be [n_components, d], got {comp.shape}")
+    d = comp.shape[1]
+    for key in ("mean", "scale", "center"):
+        _expect(f"{name}.{key}", arrays[key], (d,), where)
+    if (arrays["scale"] <= 0).any():
+        raise ValueError(f"{where}: block {name} has a zero or negative scale (a division by zero)")
+    return int(comp.shape[0])
+
+
+def check_final(tensors: dict[str, np.ndarray], width: int, where: str) -> None:
+    """Checks the final scaler and the weights against the blocks' total ``width``."""
+    for key in ("scaler.mean", "scaler.scale", "coef"):
+        if key not in tensors:
+            raise ValueError(f"{where}: tensor {key!r} is missing")
+        arr = tensors[key]
+        if arr.dtype.kind != "f" or not np.isfinite(arr).all():
+            raise ValueError(f"{where}: tensor {key!r} must hold finite floats")
+        _expect(key, arr, (width,), where)
+    if (tensors["scaler.scale"] <= 0).any():
+        raise ValueError(f"{where}: tensor 'scaler.scale' has zero or negative entries (a division by zero)")

@@ -1,0 +1,188 @@
+"""A loaded detector is exactly what was saved, or a named refusal (issues #20 and #21).
+
+Before: metadata edits (threshold, intercept) loaded with exit 0, NaN weights predicted ``p = nan ->
+supported``, a detector file linked to /dev/zero or a FIFO hung, and a shape mismatch surfaced as a
+NumPy gufunc error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+from halluprobe.cli import main
+from halluprobe.detector import Detector
+from halluprobe.detector_file import document_digest
+from halluprobe.protocol import fit_blocks, make_blocks
+from halluprobe.records import reduce_forward
+from safetensors.numpy import load_file, save_file
+
+
+def _records(factory, n, seed0, **kw):
+    recs = []
+    for s in range(n):
+        fs = factory(answer_lens=(4, 3, 5), prompt_lens=(5, 6, 4), seed=seed0 + s, **kw)
+        recs += reduce_forward(fs, [f"b{seed0 + s}-{i}" for i in range(3)])
+    return recs
+
+
+_SAVED: dict = {}
+
+
+@pytest.fixture
+def saved(forward_factory, tmp_path_factory):
+    """One fitted and saved detector for the whole module (fitting is the slow part)."""
+    if not _SAVED:
+        train, val = _records(forward_factory, 8, 0), _records(forward_factory, 4, 100)
+        rng = np.random.default_rng(0)
+        y_tr, y_va = rng.permutation(np.arange(24) % 2), rng.permutation(np.arange(12) % 2)
+        fit = fit_blocks(make_blocks("ALL", heads=[0, 4], k=2), "ALL", train, y_tr, val, y_va)
+        _SAVED["v"] = (Detector(fit, None, None, (1,)).save(tmp_path_factory.mktemp("det") / "d"), val)
+    return _SAVED["v"]
+
+
+@pytest.fixture
+def det(saved, tmp_path):
+    src, val = saved
+    dst = tmp_path / "d"
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst, val
+
+
+def _edit(path, doc_change=None, tensor_change=None, reseal=True):
+    """Edit a saved detector; with ``reseal`` the hashes are recomputed (a deliberate edit)."""
+    doc = json.loads((path / "detector.json").read_text())
+    if tensor_change is not None:
+        tensors = load_file(str(path / "detector.safetensors"))
+        tensor_change(tensors)
+        save_file(tensors, str(path / "detector.safetensors"))
+        doc["tensors_sha256"] = hashlib.sha256((path / "detector.safetensors").read_bytes()).hexdigest()
+    if doc_change is not None:
+        doc_change(doc)
+    if reseal:
+        doc["integrity"] = document_digest(doc)
+    (path / "detector.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.update(threshold=0.01),
+        lambda d: d.update(intercept=d["intercept"] + 50),
+        lambda d: d.update(layers=[0, 1]),
+        lambda d: d["blocks"][0].update(heads=[1]),
+    ],
+    ids=["threshold", "intercept", "layers", "block-config"],
+)
+def test_any_metadata_edit_is_refused(det, change):
+    path, _ = det
+    _edit(path, doc_change=change, reseal=False)
+    with pytest.raises(ValueError, match="integrity hash"):
+        Detector.load(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(threshold="0.5"), "'threshold' must be a finite number"),
+        (lambda d: d.update(threshold=1.5), "'threshold' must lie in"),
+        (lambda d: d.update(intercept=None), "'intercept' must be a finite number"),
+        (lambda d: d.update(hidden_layers="1"), "'hidden_layers' must be a list"),
+        (lambda d: d.update(blocks=[]), "'blocks' must be a non-empty list"),
+    ],
+)
+def test_resealed_bad_fields_are_named(det, change, message):
+    path, _ = det
+    _edit(path, doc_change=change)
+    with pytest.raises(ValueError, match=message):
+        Detector.load(path)
+
+
+def test_nan_threshold_cannot_even_be_written_as_json(det):
+    path, _ = det
+    doc = json.loads((path / "detector.json").read_text())
+    doc["threshold"] = float("nan")
+    (path / "detector.json").write_text(json.dumps(doc))  # NaN in the JSON: the hash cannot match
+    with pytest.raises(ValueError, match="integrity hash|finite"):
+        Detector.load(path)
+
+
+def _set(key, fn):
+    def change(t):
+        t[key] = fn(t[key])
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_set("coef", lambda a: np.full_like(a, np.nan)), "'coef' must hold finite floats"),
+        (_set("scaler.scale", np.zeros_like), "'scaler.scale' has zero"),
+        (_set("coef", lambda a: a[:-1].copy()), "'coef' has shape"),
+        (_set("block1.components", lambda a: np.where(a > 0, np.inf, a)), "non-finite"),
+        (_set("block2.scale", np.zeros_like), "zero or negative scale"),
+        (_set("block1.mean", lambda a: a[:-2].copy()), "shape"),
+    ],
+    ids=["nan-coef", "zero-scaler", "short-coef", "inf-components", "zero-block-scale", "short-mean"],
+)
+def test_bad_arrays_are_refused_even_with_valid_hashes(det, change, message):
+    path, _ = det
+    _edit(path, tensor_change=change)
+    with pytest.raises(ValueError, match=message):
+        Detector.load(path)
+
+
+def test_cli_refuses_a_tampered_detector_in_one_line(det, capsys):
+    path, _ = det
+    _edit(path, tensor_change=_set("coef", lambda a: np.full_like(a, np.nan)))
+    code = main(["predict", str(path), "--context", "c", "--answer", "a", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "coef" in err
+
+
+def test_links_fifos_and_files_are_refused_without_hanging(det, tmp_path):
+    path, _ = det
+    tensors = path / "detector.safetensors"
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(tensors.read_bytes())
+    tensors.unlink()
+    tensors.symlink_to(outside)  # a link to an identical file outside the folder
+    with pytest.raises(ValueError, match="symbolic link"):
+        Detector.load(path)
+    tensors.unlink()
+    os.mkfifo(tensors)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(_load_error(path)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert result and "not a regular file" in result[0]
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        Detector.load(path / "detector.json")
+
+
+def _load_error(path) -> str:
+    try:
+        Detector.load(path)
+    except ValueError as exc:
+        return str(exc)
+    return "loaded"
+
+
+def test_records_of_another_shape_get_a_named_error(det, forward_factory):
+    path, _ = det
+    other = _records(forward_factory, 1, 7, nl=1, h=2)  # another proxy: fewer layers and heads
+    with pytest.raises(ValueError, match=r"detector .*expects"):
+        Detector.load(path).score_records(other)
+
+
+def test_round_trip_still_predicts_the_same(det):
+    path, val = det
+    again = Detector.load(path)
+    assert np.isfinite(again.score_records(val)).all()
