@@ -42,7 +42,7 @@ def activate(recorder: Any) -> Token:
 
 
 def deactivate(token: Token) -> None:
-    """Undo :func:`activate`."""
+    """Undo `activate`."""
     _ACTIVE.reset(token)
     with _OPEN_LOCK:
         _OPEN[0] -= 1

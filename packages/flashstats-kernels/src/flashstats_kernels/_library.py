@@ -2,13 +2,13 @@
 
 Each op is opaque to ``torch.compile``: Dynamo records one call, and its fake implementation gives the
 exact shapes, dtypes and strides of the outputs without running a kernel, so a compiled function that
-calls :func:`flashstats_kernels.response_attention` is one graph (``fullgraph=True``) and Inductor never
+calls `flashstats_kernels.response_attention` is one graph (``fullgraph=True``) and Inductor never
 tries to compile our kernels itself. The ops do no host synchronisation, so they can be captured in CUDA
 graphs.
 
 Gradients: the ops have no backward. The Triton forward is an inference kernel (it keeps no softmax
 state for a backward pass, and the statistics are features, not training targets), so asking for a
-gradient through it raises :class:`NotImplementedError` that says so and names the alternative
+gradient through it raises `NotImplementedError` that says so and names the alternative
 (``backend="torch"``, whose chunked PyTorch ops are differentiable). Running the forward on inputs that
 require gradients is allowed; only the backward raises.
 """
@@ -150,7 +150,7 @@ def forward_triton(
     rows: bool,
     varlen: Any = None,
 ) -> tuple[Tensor, Tensor, RowStats | None]:
-    """:func:`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``.
+    """`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``.
 
     Packed (``varlen``) launches call the launcher directly: they are not registered as ops yet.
     """
@@ -179,7 +179,7 @@ def lookups_triton(
     diag_eps: float,
     varlen: Any = None,
 ) -> LookupStats:
-    """:func:`flashstats_kernels.ops.lookups.fused.lookups_triton` through ``flashstats::lookups``."""
+    """`flashstats_kernels.ops.lookups.fused.lookups_triton` through ``flashstats::lookups``."""
     if varlen is not None:  # packed launches: not registered as ops yet
         return _fused("lookups").lookups_triton(
             q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
@@ -203,7 +203,7 @@ def columns_triton(
     window: int | None,
     varlen: Any = None,
 ) -> ColumnStats:
-    """:func:`flashstats_kernels.ops.columns.fused.columns_triton` through ``flashstats::columns``."""
+    """`flashstats_kernels.ops.columns.fused.columns_triton` through ``flashstats::columns``."""
     if varlen is not None:  # packed launches: not registered as ops yet
         return _fused("columns").columns_triton(
             q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
