@@ -45,17 +45,10 @@ def _labels(ds):
 
 def _text_only(ds) -> dict:
     """Validation and test scores of the length and answer-only TF-IDF baselines."""
-    from halubench_data import answer_lengths, auroc
-    from halubench_data.baselines import tfidf_scores
+    from halubench_data import text_only_scores
 
-    val, test = ds.validation, ds.test
-    v_len = answer_lengths(val).astype(float)
-    sign = 1.0 if auroc(v_len, val.labels) >= 0.5 else -1.0
-    tf_val, tf_test, _ = tfidf_scores(ds)
-    return {
-        "text-only length": {"validation": sign * v_len, "test": sign * answer_lengths(test).astype(float)},
-        "text-only TF-IDF": {"validation": tf_val, "test": tf_test},
-    }
+    names = {"length": "text-only length", "tfidf": "text-only TF-IDF"}
+    return {names[k]: {"validation": v, "test": t} for k, (v, t) in text_only_scores(ds).items()}
 
 
 def _judge_scores(judge: dict | None, name: str, ds) -> dict:
@@ -123,37 +116,31 @@ def fit_one(name: str) -> dict:
         "selection": selection,
         "best_probe": best,
     }
-    res["results"] = _evaluate_all(res, _STATE["n_boot"])
+    res["ev"] = _evaluation(res, _STATE["n_boot"])
+    res["results"] = dict(res["ev"].results)
     res["tests"] = _guarded(f"tests {name}", lambda: dataset_tests(name, res, _STATE["n_paired"]), [])
     return res
 
 
-def _evaluate_all(fitted: dict, n_boot: int) -> dict:
-    from halubench_data import evaluate
+def _evaluation(fitted: dict, n_boot: int):
+    """The typed evaluation (`halluprobe.evaluation`) of every method of one dataset."""
+    from halluprobe.evaluation import MethodScores, evaluate_methods
 
+    methods = [
+        MethodScores(m, s["kind"], s["validation"], s["test"], s["threshold"])
+        for m, s in fitted["methods"].items()
+    ]
     y, g = fitted["labels"]["test"], fitted["groups"]["test"]
-    return {
-        m: evaluate(s["test"], y, g, s["threshold"], n_bootstrap=n_boot) for m, s in fitted["methods"].items()
-    }
+    return evaluate_methods(fitted["name"], methods, y, g, n_bootstrap=n_boot)
 
 
-def _paired(fitted, a: str, b: str, metric: str, n: int) -> dict:
-    from halubench_data import paired_bootstrap
+def _paired(fitted, a: str, b: str, metric: str, n: int, family: str, key: str, **extra) -> dict:
+    """One paired group bootstrap (`halluprobe.evaluation.paired_test`) as a report row."""
+    from halluprobe.evaluation import paired_test
 
-    ma, mb = fitted["methods"][a], fitted["methods"][b]
-    y, g = fitted["labels"]["test"], fitted["groups"]["test"]
-    thr = (ma["threshold"], mb["threshold"]) if metric != "auroc" else None
-    res = paired_bootstrap(ma["test"], mb["test"], y, g, metric, n=n, seed=42, thresholds=thr)
-    return {"a": a, "b": b, "metric": metric, "delta": res.delta, "ci": list(res.ci), "p": res.p_value}
-
-
-def _holm_rows(rows: list[dict]) -> list[dict]:
-    from halubench_data import holm
-
-    if rows:
-        for row, p in zip(rows, holm([r["p"] for r in rows]), strict=True):
-            row["p_holm"] = float(p)
-    return rows
+    t = paired_test(fitted["ev"], a, b, metric, family=family, key=key, n=n)  # type: ignore[arg-type]
+    head = {"family": t.family, "key": t.key, "dataset": t.dataset, **extra}
+    return {**head, "a": t.a, "b": t.b, "metric": t.metric, "delta": t.delta, "ci": list(t.ci), "p": t.p}
 
 
 def dataset_tests(d: str, f: dict, n: int) -> list[dict]:
@@ -161,55 +148,41 @@ def dataset_tests(d: str, f: dict, n: int) -> list[dict]:
     rows = []
     for base, full in ADDITIONS:
         for metric in ("f1", "auroc"):
-            rows.append(
-                {
-                    "family": "additions",
-                    "key": f"{base}->{full}/{metric}",
-                    "dataset": d,
-                    **_paired(f, base, full, metric, n),
-                }
-            )
+            rows.append(_paired(f, base, full, metric, n, "additions", f"{base}->{full}/{metric}"))
     judge = [m for m, s in f["methods"].items() if s["kind"] == "judge"]
     for probe in dict.fromkeys(("A64H64", f["best_probe"])) if judge else ():
         for metric in ("f1", "auroc"):
-            rows.append(
-                {
-                    "family": "probe_vs_judge",
-                    "key": metric,
-                    "dataset": d,
-                    "probe": probe,
-                    **_paired(f, judge[0], probe, metric, n),
-                }
-            )
+            rows.append(_paired(f, judge[0], probe, metric, n, "probe_vs_judge", metric, probe=probe))
     if d == "ragtruth_qa":
         for base in ("text-only TF-IDF", "text-only length"):
             for m, s in f["methods"].items():
                 if s["kind"] in ("probe", "detector"):
-                    rows.append(
-                        {
-                            "family": "vs_text_only",
-                            "key": base,
-                            "dataset": d,
-                            **_paired(f, base, m, "auroc", n),
-                        }
-                    )
+                    rows.append(_paired(f, base, m, "auroc", n, "vs_text_only", base))
     return rows
 
 
 def holm_families(rows: list[dict]) -> dict:
     """Holm-correct each family of tests (an addition and metric over datasets; probe vs judge per metric;
-    every detector vs one text-only baseline)."""
+    every detector vs one text-only baseline), through `halluprobe.evaluation.holm_families`."""
+    from halluprobe.evaluation import PairedTest
+    from halluprobe.evaluation import holm_families as holm_within
+
+    fields = ("family", "key", "dataset", "a", "b", "metric", "delta", "ci", "p")
+    adjusted = holm_within(PairedTest(**{k: r[k] for k in fields}) for r in rows)
     out: dict = {"additions": [], "probe_vs_judge": [], "vs_text_only": []}
-    for fam, key in dict.fromkeys((r["family"], r["key"]) for r in rows):
-        out[fam] += _holm_rows([r for r in rows if r["family"] == fam and r["key"] == key])
+    for fam, key in dict.fromkeys((r["family"], r["key"]) for r in rows):  # grouped, in first-seen order
+        out[fam] += [{**r, "p_holm": t.p_holm} for r, t in zip(rows, adjusted, strict=True) if r["key"] == key
+                     and r["family"] == fam]  # fmt: skip
     return out
 
 
-def _apply(fit, recs, y, groups, n_boot):
-    from halubench_data import evaluate
+def _transfer(score, threshold, recs, ds, fit: str, test: str, method: str, n_boot: int) -> dict:
+    """One transfer row (`halluprobe.evaluation.transfer`): ``score`` at its fitting threshold on ``ds``."""
+    from halluprobe.evaluation import transfer
 
-    s = fit.predict_proba(recs)
-    return evaluate(s, y, groups, fit.threshold, n_bootstrap=n_boot), s
+    y, g = np.asarray(ds.labels), [str(x) for x in ds.groups]
+    t = transfer(score, threshold, recs, y, g, fit=fit, test=test, method=method, n_bootstrap=n_boot)
+    return {"fit": t.fit, "test": t.test, "method": t.method, "result": t.result}
 
 
 def cross_task(fitted_all: dict, datasets: dict, cache, n_boot: int) -> list[dict]:
@@ -217,60 +190,54 @@ def cross_task(fitted_all: dict, datasets: dict, cache, n_boot: int) -> list[dic
     rows = []
     tasks = [t for t in data.RAGTRUTH_TASKS if t in fitted_all]
     for tgt in tasks:
-        ds = datasets[tgt]
-        recs = cache.load([e.id for e in ds.test.examples])
-        y, g = np.asarray(ds.test.labels), [str(x) for x in ds.test.groups]
+        test = datasets[tgt].test
+        recs = cache.load([e.id for e in test.examples])
         for src in tasks:
             for fs_name in TRANSFER_SETS:
-                res, _ = _apply(fitted_all[src]["fits"][fs_name], recs, y, g, n_boot)
-                rows.append({"fit": src, "test": tgt, "method": fs_name, "result": res})
+                fit = fitted_all[src]["fits"][fs_name]
+                rows.append(
+                    _transfer(fit.predict_proba, fit.threshold, recs, test, src, tgt, fs_name, n_boot)
+                )
     return rows
 
 
 def pooled_to_claims(n_boot: int) -> list[dict]:
-    """Probes fitted on the three RAGTruth tasks pooled, tested on pooled RAGTruth and on the claim sets."""
+    """Probes and published detectors fitted on the three RAGTruth tasks pooled (paper Appendix M), tested
+    on pooled RAGTruth and on the claim sets at their pooled-validation thresholds."""
+    from flashstats_hf import LOGIT_STAT_NAMES
     from halluprobe import train_feature_sets
-    from halubench_data import concat, evaluate, select_threshold
+    from halluprobe.training import fit_published
+    from halubench_data import concat, select_threshold
 
     datasets, cache, done = _STATE["datasets"], _STATE["cache"], _STATE["done"]
     pooled = concat([datasets[t] for t in data.RAGTRUTH_TASKS], "ragtruth_all")
     recs = _records(cache, pooled)
     lab, grp = _labels(pooled)
     fits = train_feature_sets(
-        list(TRANSFER_SETS),
-        _STATE["order"],
-        recs["train"],
-        lab["train"],
-        grp["train"],
-        recs["validation"],
+        list(TRANSFER_SETS), _STATE["order"], recs["train"], lab["train"], grp["train"], recs["validation"],
         lab["validation"],
-    )
-    rows = []
-    for fs_name, fit in fits.items():  # in-domain reference: pooled RAGTruth test
-        res, _ = _apply(fit, recs["test"], lab["test"], grp["test"], n_boot)
-        rows.append({"fit": "ragtruth_all", "test": "ragtruth_all", "method": fs_name, "result": res})
+    )  # fmt: skip
+    scorers = {n: (f.predict_proba, f.threshold) for n, f in fits.items()}
+    published = fit_published(recs, lab, _STATE["order"], list(LOGIT_STAT_NAMES), toha=False)
+    for name, score in published.items():
+        scorers[name] = (score, float(select_threshold(score(recs["validation"]), lab["validation"])))
+    rows = [  # in-domain reference: pooled RAGTruth test
+        _transfer(score, thr, recs["test"], pooled.test, "ragtruth_all", "ragtruth_all", name, n_boot)
+        for name, (score, thr) in scorers.items()
+    ]
     judge = _STATE.get("judge")
-    jthr = None
     if judge:
         v = np.concatenate([judge["datasets"][t]["validation_scores"] for t in data.RAGTRUTH_TASKS])
-        jthr = float(select_threshold(v, lab["validation"]))
+        jthr, jname = float(select_threshold(v, lab["validation"])), f"SmolLM2 judge ({judge['template']})"
     for tgt in [c for c in data.CLAIMS if c in done]:
         ds = datasets[tgt]
         recs_t = cache.load([e.id for e in ds.examples])
-        y, g = np.asarray(ds.labels), [str(x) for x in ds.groups]
-        for fs_name, fit in fits.items():
-            res, _ = _apply(fit, recs_t, y, g, n_boot)
-            rows.append({"fit": "ragtruth_all", "test": tgt, "method": fs_name, "result": res})
+        rows += [
+            _transfer(sc, thr, recs_t, ds, "ragtruth_all", tgt, n, n_boot) for n, (sc, thr) in scorers.items()
+        ]
         if judge and tgt in judge["datasets"]:
             s = np.asarray(judge["datasets"][tgt]["test_scores"])
-            rows.append(
-                {
-                    "fit": "ragtruth_all",
-                    "test": tgt,
-                    "method": f"SmolLM2 judge ({judge['template']})",
-                    "result": evaluate(s, y, g, jthr, n_bootstrap=n_boot),
-                }
-            )
+            rows.append(_transfer(lambda _, s=s: s, jthr, None, ds, "ragtruth_all", tgt, jname, n_boot))
     return rows
 
 

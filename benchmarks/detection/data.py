@@ -28,24 +28,20 @@ def shared_data_root() -> Path:
 
 
 def _build_all(root: Path) -> dict:
+    """Every dataset, named by the spec syntax that every CLI shares (``halubench_data.load``)."""
     import halubench_data as hd
-    from halubench_data.builders import build_claimverify, build_expertqa, build_lfqa, build_wice
 
-    rt = root / "ragtruth"
+    rt, agg = root / "ragtruth", root / "llm-aggrefact"
+    llama = hd.BuildOptions(models=("llama-2-70b-chat",))
     out = {
-        "ragtruth_qa": hd.build_ragtruth(rt, tasks=["QA"]),
-        "ragtruth_qa_llama": hd.build_ragtruth(rt, tasks=["QA"], models=["llama-2-70b-chat"]),
-        "ragtruth_summary": hd.build_ragtruth(rt, tasks=["Summary"]),
-        "ragtruth_data2txt": hd.build_ragtruth(rt, tasks=["Data2txt"]),
-        "faithbench": hd.build_faithbench(root / "faithbench"),
+        "ragtruth_qa": hd.load(f"ragtruth-qa:{rt}"),
+        "ragtruth_qa_llama": hd.load(f"ragtruth-qa:{rt}", options=llama),
+        "ragtruth_summary": hd.load(f"ragtruth-summary:{rt}"),
+        "ragtruth_data2txt": hd.load(f"ragtruth-data2txt:{rt}"),
+        "faithbench": hd.load(f"faithbench:{root / 'faithbench'}"),
     }
-    agg = root / "llm-aggrefact"
-    claims = {
-        "claims_wice": build_wice(agg),
-        "claims_lfqa": build_lfqa(agg),
-        "claims_claimverify": build_claimverify(agg),
-        "claims_expertqa": build_expertqa(root / "expertqa"),
-    }
+    claims = {f"claims_{n}": hd.load(f"{n}:{agg}") for n in ("wice", "lfqa", "claimverify")}
+    claims["claims_expertqa"] = hd.load(f"expertqa:{root / 'expertqa'}")
     for name, ds in claims.items():
         rng = np.random.default_rng(42)
         keep = sorted(rng.choice(len(ds), size=min(CLAIM_SAMPLE, len(ds)), replace=False).tolist())

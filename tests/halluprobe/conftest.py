@@ -84,3 +84,18 @@ def record_factory():
 @pytest.fixture
 def forward_factory():
     return synth_forward
+
+
+@pytest.fixture(scope="module")
+def char_llama():
+    """A random 2-layer Llama (4 query / 2 KV heads, vocab 128: one id per ASCII character), "attnstats"."""
+    from flashstats_hf import ATTN_IMPLEMENTATION
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=2,
+    )  # fmt: skip
+    cfg._attn_implementation = ATTN_IMPLEMENTATION
+    return LlamaForCausalLM(cfg).eval()

@@ -4,7 +4,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, load_dataset, main, parse_layers, parse_limit
+from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, main, parse_layers, parse_limit
 
 
 def test_parser_builds_without_heavy_imports():
@@ -41,8 +41,9 @@ def test_train_defaults_and_options():
          "--out", "o", "--limit", "10", "--layers", "0-2,5"]
     )  # fmt: skip
     assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["predict", "d"])  # --context and --answer are required
+    args = build_parser().parse_args(["predict", "d", "--input", "a.jsonl", "--json", "--batch-size", "4"])
+    assert (str(args.input), args.json, args.batch_size, args.context) == ("a.jsonl", True, 4, None)
+    assert main(["predict", "d", "--device", "cpu"]) == 2  # neither --context/--answer nor --input
 
 
 def test_selection_commands_and_train_options(tmp_path):
@@ -79,29 +80,6 @@ def test_parse_limit():
         parse_limit("lots", "default")
 
 
-def test_load_dataset_limit_and_errors(tmp_path):
-    ds = load_dataset("default", 6)
-    for split in ("train", "validation", "test"):
-        part = ds.split(split)
-        assert len(part) == 6 and set(part.labels) == {0, 1}
-    with pytest.raises(ValueError, match="--dataset"):
-        load_dataset("no-such-thing")
-    with pytest.raises(ValueError, match="builder"):
-        load_dataset("nosuch:/tmp")
-    with pytest.raises(ValueError, match="--limit"):
-        load_dataset("default", 1)
-
-
-def test_load_dataset_from_jsonl(tmp_path):
-    from halubench_data import build_default, write_jsonl
-
-    ds = build_default(n_contexts=4, questions_per_context=1)
-    path = write_jsonl(ds, tmp_path / "ex.jsonl")
-    again = load_dataset(str(path))
-    assert [ex.id for ex in again] == [ex.id for ex in ds]
-    assert len(load_dataset(str(path), 2).split("train")) == 2
-
-
 def test_main_reports_bad_input(capsys):
     assert main(["train", "--feature-sets", "A9", "--dataset", "bogus"]) == 2
     assert "error" in capsys.readouterr().err
@@ -124,6 +102,10 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
         assert f"| {name} |" in printed
     report = (out / "report.md").read_text()
     assert "roc.png" in report and (out / "roc.png").stat().st_size > 0 and (out / "pr.png").exists()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["datasets"]["default"]["methods"]) >= {"A7", "A7L9", "LookbackLens", "text-only tfidf"}
+    assert results["datasets"]["default"]["methods"]["A7"]["kind"] == "probe"
+    assert [t["b"] for t in results["paired_tests"]] == ["A7L9"] and results["selection"]["A7"]["C"] > 0
     assert json.loads((out / "detectors" / "A7L9" / "detector.json").read_text())["feature_set"] == "A7L9"
     shards = sorted(p.name for p in (out / "cache").glob("shard-*"))
     det = str(out / "detectors" / "A7L9")

@@ -79,3 +79,17 @@ def test_token_scores_average_to_the_answer_logit(forward_factory, fitted):
         np.testing.assert_allclose(
             per_token.mean(), fit.decision_function([rec])[0], rtol=1e-6, atol=1e-6
         )  # records are float32
+
+
+def test_saved_files_follow_the_umask(tmp_path, fitted):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        Detector(fitted[0], None, None, (1,)).save(tmp_path / "d")
+    finally:
+        os.umask(old)
+    for name in ("detector.json", "detector.safetensors"):
+        assert stat.S_IMODE((tmp_path / "d" / name).stat().st_mode) == 0o644
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["detector.json", "detector.safetensors"]

@@ -85,9 +85,8 @@ def test_train_feature_sets_end_to_end(record_factory):
 
 
 def test_addition_tests_are_holm_corrected():
-    from types import SimpleNamespace
-
-    from halluprobe.training import _addition_tests
+    from halluprobe.evaluation import MethodScores, evaluate_methods
+    from halluprobe.training import addition_tests
     from halubench_data.metrics import holm, paired_bootstrap
 
     rng = np.random.default_rng(7)
@@ -96,11 +95,11 @@ def test_addition_tests_are_holm_corrected():
     scores = {
         name: rng.random(60) + (0.5 * y if "A7" in name else 0.0) for name in ("H64", "A7H64", "L9", "A7L9")
     }
-    fits = {name: SimpleNamespace(threshold=0.6) for name in scores}
-    rows = _addition_tests(fits, scores, y, groups)
-    assert [r["comparison"] for r in rows] == ["H64 -> A7H64", "L9 -> A7L9"]
+    methods = [MethodScores(name, "probe", s[:10], s, 0.6) for name, s in scores.items()]
+    rows = addition_tests(evaluate_methods("toy", methods, y, groups, n_bootstrap=10), n=20_000)
+    assert [(r.a, r.b) for r in rows] == [("H64", "A7H64"), ("L9", "A7L9")]
     ref = paired_bootstrap(
-        scores["L9"], scores["A7L9"], y, groups, "f1", n=100_000, seed=42, thresholds=(0.6, 0.6)
+        scores["L9"], scores["A7L9"], y, groups, "f1", n=20_000, seed=42, thresholds=(0.6, 0.6)
     )
-    assert rows[1]["delta"] == pytest.approx(ref.delta) and rows[1]["p"] == pytest.approx(ref.p_value)
-    np.testing.assert_allclose([r["p_holm"] for r in rows], holm([r["p"] for r in rows]))
+    assert rows[1].delta == pytest.approx(ref.delta) and rows[1].p == pytest.approx(ref.p_value)
+    np.testing.assert_allclose([r.p_holm for r in rows], holm([r.p for r in rows]))

@@ -20,11 +20,11 @@ def test_help_does_not_import_the_ml_stack():
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
-def test_parser_knows_every_builder():
-    args = build_parser().parse_args(["build", "lfqa", "--source", "x", "--out", "y.jsonl"])
-    assert (args.name, args.source, args.overwrite) == ("lfqa", Path("x"), False)
+def test_parser_takes_a_dataset_spec():
+    args = build_parser().parse_args(["build", "lfqa:x", "--out", "y.jsonl"])
+    assert (args.spec, args.out, args.overwrite) == ("lfqa:x", Path("y.jsonl"), False)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["build", "nope", "--out", "y"])
+        build_parser().parse_args(["build", "lfqa", "--source", "x", "--out", "y"])
 
 
 def test_build_default_stats_and_overwrite(tmp_path, capsys):
@@ -45,19 +45,20 @@ def test_build_default_stats_and_overwrite(tmp_path, capsys):
     assert "| tfidf | " in capsys.readouterr().out
 
 
-def test_build_reports_missing_source(tmp_path, capsys):
+def test_build_reports_bad_specs(tmp_path, capsys):
     assert main(["build", "wice", "--out", str(tmp_path / "w.jsonl")]) == 2
-    assert "needs --source" in capsys.readouterr().err
-    assert (
-        main(["build", "wice", "--source", str(tmp_path / "nope"), "--out", str(tmp_path / "w.jsonl")]) == 2
-    )
+    assert "NAME:PATH" in capsys.readouterr().err
+    assert main(["build", f"wice:{tmp_path / 'nope'}", "--out", str(tmp_path / "w.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["build", f"nosuch:{tmp_path}", "--out", str(tmp_path / "w.jsonl")]) == 2
+    assert "unknown dataset builder 'nosuch'" in capsys.readouterr().err
     assert not (tmp_path / "w.jsonl").exists()
 
 
 @pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
 def test_build_ragtruth_llama_qa_prints_counts(tmp_path, capsys):
     out = tmp_path / "rt.jsonl"
-    argv = ["build", "ragtruth", "--source", str(DATA / "ragtruth"), "--out", str(out)]
+    argv = ["build", f"ragtruth:{DATA / 'ragtruth'}", "--out", str(out)]
     assert main([*argv, "--task", "QA", "--model", "llama-2-70b-chat"]) == 0
     printed = capsys.readouterr()
     assert (
@@ -68,7 +69,7 @@ def test_build_ragtruth_llama_qa_prints_counts(tmp_path, capsys):
 @pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
 def test_build_that_keeps_nothing_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "rt.jsonl"
-    argv = ["build", "ragtruth", "--source", str(DATA / "ragtruth"), "--out", str(out), "--model", "nobody"]
+    argv = ["build", f"ragtruth:{DATA / 'ragtruth'}", "--out", str(out), "--model", "nobody"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "kept no examples" in err and "--source" in err and not out.exists()
+    assert "kept no examples" in err and "ragtruth:" in err and not out.exists()

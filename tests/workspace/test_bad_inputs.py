@@ -80,7 +80,8 @@ CASES = [
     (D, ["baselines", "{oneclass}", "--n-bootstrap", "0"], "--n-bootstrap"),
     (D, ["build", "default", "--out", "{out}", "--n-contexts", "0"], "--n-contexts"),
     (D, ["build", "default", "--out", "{dirjsonl}"], "--out"),
-    (D, ["build", "wice", "--out", "{out}"], "--source"),
+    (D, ["build", "wice", "--out", "{out}"], "NAME:PATH"),
+    (D, ["build", "wice:{out}/none", "--out", "{out}/w.jsonl"], "does not exist"),
     (
         J,
         ["evaluate", "--judge", "x", "--dataset", "{malformed}", "--out", "{out}", "--device", "cpu"],
@@ -180,3 +181,14 @@ def test_proxy_errors_need_the_model_loader(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--proxy" in err and "Traceback" not in err
         assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_judge_that_cannot_load_leaves_no_output_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "o"
+    argv = ["evaluate", "--quiet", "--judge", str(tmp_path / "nope"), "--dataset", "default", "--limit", "2",
+            "--device", "cpu", "--out", str(out)]  # fmt: skip
+    assert judge_main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nope" in err and not out.exists()

@@ -12,6 +12,7 @@ from flashstats_hf.formatting import Batch, collate, format_example, format_prom
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_SCALAR_NAMES, LOGIT_STAT_NAMES, TOP_RANKS, logit_statistics
+from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
 from flashstats_hf.types import ForwardStats
 
@@ -25,6 +26,8 @@ __all__ = [
     "DEFAULT_REQUEST",
     "LOGIT_SCALAR_NAMES",
     "LOGIT_STAT_NAMES",
+    "POOL_NAMES",
+    "pool_tokens",
     "TOP_RANKS",
     "Batch",
     "CachedRecorder",

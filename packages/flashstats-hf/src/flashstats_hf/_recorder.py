@@ -7,8 +7,10 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 
 from __future__ import annotations
 
+import threading
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from flashstats_kernels import (
@@ -21,13 +23,35 @@ from flashstats_kernels import (
 )
 
 from flashstats_hf._packing import Packing, packed_attention, packed_response, unpack_result
-from flashstats_hf._sdpa import plain_attention, visibility
+from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
+_OPEN = [0]
+"""Recorders open in any thread. While none is, the attention reads this plain global and never the
+``ContextVar``, which ``torch.compile`` cannot trace: a compiled model outside ``record_forward`` is one
+graph (Dynamo guards on the count, so opening a recorder recompiles rather than skipping it)."""
+_OPEN_LOCK = threading.Lock()
+
+
+def activate(recorder: Any) -> Token:
+    """Make ``recorder`` the active one of this context (``Recorder`` or ``CachedRecorder``)."""
+    token = _ACTIVE.set(recorder)
+    with _OPEN_LOCK:
+        _OPEN[0] += 1
+    return token
+
+
+def deactivate(token: Token) -> None:
+    """Undo `activate`."""
+    _ACTIVE.reset(token)
+    with _OPEN_LOCK:
+        _OPEN[0] -= 1
 
 
 def active_recorder() -> Recorder | None:
     """The recorder of the forward running in this context, or None."""
+    if _OPEN[0] == 0:
+        return None
     return _ACTIVE.get()
 
 
@@ -85,12 +109,12 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if _ACTIVE.get() is not None:
             raise RuntimeError("flashstats: record_forward calls cannot be nested")
-        self._token = _ACTIVE.set(self)
+        self._token = activate(self)
         return self
 
     def __exit__(self, *exc) -> None:
         if self._token is not None:
-            _ACTIVE.reset(self._token)
+            deactivate(self._token)
             self._token = None
         self._masks.clear()
 
@@ -139,21 +163,25 @@ class Recorder:
         softcap: float | None,
         window: int | None,
     ) -> torch.Tensor:
-        """Split attention: prompt rows on SDPA, response rows on the kernel; ``[B, Hq, L, D]``."""
+        """Split attention: prompt rows on the plain path, response rows on the kernel; ``[B, Hq, L, D]``.
+
+        The plain path is SDPA, or the Base kernel for soft-capped and windowed layers.
+        """
         plan = self.plan
         if plan.packing is not None:
             return self._score_packed(
                 layer_idx, query, key, value, scale=scale, softcap=softcap, window=window
             )
         n_prompt = plan.length - plan.rows
-        out_prompt = plain_attention(
-            query[:, :, :n_prompt],
-            key[:, :, :n_prompt],
-            value[:, :, :n_prompt],
-            self._mask("prompt", window),
-            scale=scale,
-            softcap=softcap,
-        )
+        qp, kp, vp = query[:, :, :n_prompt], key[:, :, :n_prompt], value[:, :, :n_prompt]
+        if kernel_can_run(qp, kp, softcap, window, 0.0):
+            keep = None if plan.key_mask is None else plan.key_mask[:, :n_prompt]
+            out_prompt = base_attention(
+                qp, kp, vp, keep, scale=scale, softcap=softcap, window=window, backend=plan.backend
+            )
+        else:
+            mask = self._mask("prompt", window)
+            out_prompt = plain_attention(qp, kp, vp, mask, scale=scale, softcap=softcap)
         result = response_attention(
             query[:, :, n_prompt:],
             key,

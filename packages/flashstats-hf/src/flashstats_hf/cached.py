@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from flashstats_kernels import ColumnState, LookupStats, RowStats, StatsRequest, decode_attention
 
-from flashstats_hf._recorder import _ACTIVE
+from flashstats_hf._recorder import _ACTIVE, activate, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
@@ -151,7 +151,7 @@ class CachedRecorder:
     def __enter__(self) -> CachedRecorder:
         if _ACTIVE.get() is not None:
             raise RuntimeError("flashstats: recorders cannot be nested")
-        self._token = _ACTIVE.set(self)
+        self._token = activate(self)
         self._handles = [
             self.model.register_forward_pre_hook(self._before, with_kwargs=True),
             self.model.register_forward_hook(self._after, with_kwargs=True),
@@ -160,7 +160,7 @@ class CachedRecorder:
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self._token)
+        deactivate(self._token)
         for h in self._handles:
             h.remove()
         self._handles = []

@@ -34,6 +34,7 @@ from flashstats_hf._packing import unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES
+from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 from flashstats_hf.record import (
     DEFAULT_REQUEST,
     _decoder,
@@ -43,9 +44,6 @@ from flashstats_hf.record import (
     _stack_layers,
 )
 from flashstats_hf.types import ForwardStats
-
-POOL_NAMES = ("mean", "std", "min", "max")
-"""Order of the last axis of pooled statistics."""
 
 
 @dataclass
@@ -65,23 +63,6 @@ class PooledStats:
     """``sum``/``mean`` over the keys ``[1, NL, Hq, 4]``."""
 
 
-def _pool(x: torch.Tensor, dim: int, keep: torch.Tensor | None) -> torch.Tensor:
-    """mean, std (population), min, max of ``x`` along ``dim`` over the kept entries, on a new last axis.
-
-    ``keep`` broadcasts against ``x`` (size 1 on the other axes) or is None (every entry counts).
-    """
-    if keep is None:  # few kernels: inside a graph each costs a few microseconds, in every layer
-        var, mean = torch.var_mean(x, dim, correction=0)
-        low, high = torch.aminmax(x, dim=dim)
-        return torch.stack([mean, var.sqrt(), low, high], dim=-1)
-    n = keep.sum(dim).clamp(min=1)
-    mean = torch.where(keep, x, 0.0).sum(dim) / n
-    std = (torch.where(keep, x - mean.unsqueeze(dim), 0.0).square().sum(dim) / n).sqrt()
-    low = torch.where(keep, x, float("inf")).amin(dim)
-    high = torch.where(keep, x, float("-inf")).amax(dim)
-    return torch.stack([mean, std, low, high], dim=-1)
-
-
 class _PoolingRecorder(Recorder):
     """A recorder that reduces each layer's statistics as soon as the layer has computed them.
 
@@ -97,14 +78,14 @@ class _PoolingRecorder(Recorder):
         rows = lookups = columns = None
         if per.rows is not None:
             fields = [getattr(per.rows, f.name) for f in dataclasses.fields(RowStats)]
-            rows = RowStats(*_pool(torch.stack(fields, -1), 2, keep_a).unbind(2))  # each [B, Hq, 4]
+            rows = RowStats(*pool_tokens(torch.stack(fields, -1), 2, keep_a).unbind(2))  # each [B, Hq, 4]
         if per.lookups is not None:
             lk = per.lookups
             both = torch.cat([lk.diag_log[..., None], lk.prev_weight[..., None], lk.sink_weights], -1)
-            pooled = _pool(both, 2, keep_a)  # [B, Hq, 2 + S, 4]
+            pooled = pool_tokens(both, 2, keep_a)  # [B, Hq, 2 + S, 4]
             lookups = LookupStats(pooled[:, :, 0], pooled[:, :, 1], pooled[:, :, 2:])
         if per.columns is not None:
-            pooled = _pool(torch.stack([per.columns.sum, per.columns.mean], -1), 2, keep_k)
+            pooled = pool_tokens(torch.stack([per.columns.sum, per.columns.mean], -1), 2, keep_k)
             columns = ColumnStats(pooled[:, :, 0], pooled[:, :, 1])
         return LayerStats(rows=rows, lookups=lookups, columns=columns)
 

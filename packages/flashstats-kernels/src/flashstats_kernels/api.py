@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from flashstats_kernels import _library
 from flashstats_kernels._problem import (
     TORCH_DTYPES,
     TRITON_DTYPES,
@@ -36,15 +37,12 @@ class _Backend:
     columns: Callable
 
 
-def _triton_ops() -> _Backend:
-    """Imports the Triton kernels on first use, so that importing the package never needs Triton."""
-    fwd = importlib.import_module("flashstats_kernels.ops.forward.fused")
-    lk = importlib.import_module("flashstats_kernels.ops.lookups.fused")
-    col = importlib.import_module("flashstats_kernels.ops.columns.fused")
-    return _Backend(forward=fwd.forward_triton, lookups=lk.lookups_triton, columns=col.columns_triton)
-
-
+_TRITON = _Backend(
+    forward=_library.forward_triton, lookups=_library.lookups_triton, columns=_library.columns_triton
+)
+"""The Triton kernels through their ``torch.library`` ops (imported on the first launch, never here)."""
 _TORCH = _Backend(forward=forward_torch, lookups=lookups_torch, columns=columns_torch)
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
@@ -57,7 +55,7 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        triton_ok = q.is_cuda and q.dtype in TRITON_DTYPES and importlib.util.find_spec("triton") is not None
+        triton_ok = q.is_cuda and q.dtype in TRITON_DTYPES and _HAS_TRITON
         backend = "triton" if triton_ok else "torch"
     if backend == "triton":
         if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
@@ -73,7 +71,7 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
 
 
 def _ops(backend: str) -> _Backend:
-    return _triton_ops() if backend == "triton" else _TORCH
+    return _TRITON if backend == "triton" else _TORCH
 
 
 def _check_request(request: object) -> StatsRequest:

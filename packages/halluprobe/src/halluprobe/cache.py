@@ -29,7 +29,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data.files import atomic_path, atomic_write_bytes
 from safetensors.numpy import load_file, save_file
 
 from halluprobe.records import ExampleRecord
@@ -58,22 +58,6 @@ _ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "a
 
 class CacheRepairWarning(UserWarning):
     """A damaged, missing or foreign shard was dropped from a cache; its records are computed again."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def sha256_file(path: Path) -> str:
@@ -215,15 +199,9 @@ class FeatureCache:
                 tensors[f"{i}.{key}"] = np.ascontiguousarray(getattr(r, key), dtype=np.float32)
         meta = {"records": json.dumps([[r.id, r.answer_len, r.prompt_len] for r in records])}
         self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata=meta)
-            digest = sha256_file(Path(tmp))
-            os.replace(tmp, self.root / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(self.root / name) as tmp:
+            save_file(tensors, str(tmp), metadata=meta)
+            digest = sha256_file(tmp)
         entry = {"file": name, "ids": [r.id for r in records], "keys": keys, "sha256": digest}
         with self._locked():
             self._publish([*self._shards, entry])

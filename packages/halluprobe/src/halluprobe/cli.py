@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from halubench_data import clikit
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
-CLAIM_SETS = ("wice", "lfqa", "claimverify", "expertqa")
-BUILDERS = ("ragtruth", "ragtruth-original", "halubench", "trivia-plus", "phantom", "faithbench")
-"""halubench-data builders that take one source path (``NAME:PATH``)."""
-"""halubench-data claim-level sets, built by ``build_claims(name, path)``."""
 DEFAULT_TOKEN_BUDGET = 16384
 """Tokens per proxy forward (``--token-budget``): batches are packed up to it."""
 DEFAULT_TRAIN_LIMIT = 120
@@ -32,8 +28,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         default="default",
-        help="'default' (the embedded halubench-data set), a JSONL file of examples, or a halubench-data "
-        "builder name followed by its source: NAME:PATH (e.g. halubench:/data/halubench)",
+        help="dataset spec as in every CLI: 'default' (the embedded halubench-data set), a JSONL file of "
+        "examples, or NAME:PATH for a halubench-data builder on local files (e.g. ragtruth-qa:data/ragtruth)",
     )
     p.add_argument(
         "--limit",
@@ -85,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
     p.add_argument(
+        "--token-probe", action="store_true",
+        help="also fit a token probe on the dataset's annotated spans (localisation: token AUROC and "
+        "character span F1 in results.json); every saved detector carries it and `predict --spans` uses it",
+    )  # fmt: skip
+    p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
     )
     for block in ("a7", "l9"):
@@ -113,13 +114,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
     )
-    p = sub.add_parser("predict", help="score one (context, question, answer) triple")
+    p = sub.add_parser(
+        "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
+    )
     p.add_argument("detector", help="folder of a saved detector")
-    p.add_argument("--context", required=True)
+    p.add_argument("--context", help="the context (with --answer; or use --input)")
     p.add_argument("--question", default="")
-    p.add_argument("--answer", required=True)
+    p.add_argument("--answer", help="the answer to check")
+    p.add_argument(
+        "--input", type=Path, metavar="JSONL",
+        help="a file of JSON lines with 'context', 'answer' and optional 'question' and 'id': the proxy is "
+        "loaded once and the answers scored in batches",
+    )  # fmt: skip
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="answers per proxy forward with --input (default 8)"
+    )
     clikit.add_device_arg(p)
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
+    p.add_argument(
+        "--spans", action="store_true", help="also print the answer's predicted hallucinated spans"
+    )
+    p.add_argument(
+        "--json", action="store_true",
+        help="print one JSON object per answer, one per line: probability, label, threshold, spans",
+    )  # fmt: skip
     _add_stream_parser(sub)
     return parser
 
@@ -200,60 +218,6 @@ def parse_limit(text: str | int | None, dataset: str) -> int | None:
     return value
 
 
-def load_dataset(spec: str, limit: int | None = None):
-    """A halubench-data ``Dataset`` from ``'default'``, a JSONL path or ``NAME:PATH``; ``limit`` per split."""
-    import halubench_data as hd
-
-    if spec == "default":
-        ds = hd.build_default()
-    elif Path(spec).is_dir():
-        raise ValueError(f"--dataset {spec} is a folder; expected a .jsonl file, 'default' or NAME:PATH")
-    elif Path(spec).is_file():
-        ds = hd.read_jsonl(spec)
-    elif re.match(r"^[a-z][a-z0-9-]*:", spec):
-        name, source = spec.split(":", 1)
-        builders = {**{n: n for n in CLAIM_SETS}, **{n: n for n in BUILDERS}}
-        if name not in builders:
-            raise ValueError(
-                f"--dataset {spec!r}: unknown builder {name!r}; expected one of {sorted(builders)}"
-            )
-        if not Path(source).exists():
-            raise FileNotFoundError(f"--dataset {spec!r}: source {source} does not exist")
-        if name in CLAIM_SETS:
-            ds = hd.builders.build_claims(name, source)
-        else:
-            ds = getattr(hd.builders, f"build_{name.replace('-', '_')}")(source)
-    elif spec.endswith(".jsonl"):
-        raise FileNotFoundError(f"--dataset {spec}: no such file")
-    else:
-        raise ValueError(f"--dataset expects 'default', a .jsonl file or NAME:PATH, got {spec!r}")
-    if limit is not None:
-        ds = hd.Dataset(
-            tuple(
-                ex for split in ("train", "validation", "test") for ex in _subsample(ds.split(split), limit)
-            ),
-            ds.name,
-        )
-    return ds
-
-
-def _subsample(part, limit: int) -> list:
-    """At most ``limit`` examples of a split: a seeded shuffle, alternating labels while both remain."""
-    import random
-
-    if limit < 2:
-        raise ValueError(f"--limit must be >= 2, got {limit}")
-    pool = list(part.examples)
-    random.Random(0).shuffle(pool)
-    by_label = {0: [ex for ex in pool if ex.label == 0], 1: [ex for ex in pool if ex.label == 1]}
-    out: list = []
-    while len(out) < min(limit, len(pool)):
-        for lab in (1, 0):
-            if by_label[lab] and len(out) < limit:
-                out.append(by_label[lab].pop(0))
-    return sorted(out, key=pool.index)
-
-
 def _setup(args):
     """Dataset, extractor, cache and distributed world of a run (``torchrun`` starts one per device)."""
     device = clikit.resolve_device(args.device)  # before any heavy import: a bad device fails at once
@@ -263,7 +227,9 @@ def _setup(args):
         raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
-    ds = load_dataset(args.dataset, parse_limit(args.limit, args.dataset))
+    from halubench_data import load
+
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
@@ -344,6 +310,21 @@ def cmd_extract(args) -> int:
     return 0
 
 
+def _token_examples(ds, ext, args) -> dict:
+    """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
+    from halluprobe.localisation import token_examples
+
+    if not any(ex.spans for ex in ds.split("train")):
+        raise clikit.UsageError(
+            f"--token-probe needs annotated spans in the training split of {args.dataset}"
+        )
+    out = {}
+    for split in ("train", "validation", "test"):
+        clikit.status(f"per-token features: {split}")
+        out[split] = token_examples(ds.split(split).examples, ext, batch_size=args.batch_size)
+    return out
+
+
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
     from halluprobe.blocks import parse_feature_set
@@ -371,6 +352,7 @@ def cmd_train(args) -> int:
         proxy=args.proxy,
         published=not args.no_published,
         toha=args.toha,
+        token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
         **_selections(args),
     )
     print(table)
@@ -423,6 +405,7 @@ def cmd_select(args) -> int:
 def cmd_evaluate(args) -> int:
     """``halluprobe evaluate``: F1/AUROC of a saved detector on one split."""
     import numpy as np
+    from halubench_data import load
     from halubench_data.metrics import evaluate, results_table
 
     from halluprobe.cache import FeatureCache
@@ -438,7 +421,7 @@ def cmd_evaluate(args) -> int:
     clikit.check_out_dir(args.out)
     det = Detector.load(args.detector)
     ext = det.extractor(device)
-    part = load_dataset(args.dataset, parse_limit(args.limit, args.dataset)).split(args.split)
+    part = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset").split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples,
@@ -455,18 +438,73 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
+
+    Raises:
+        ValueError: ``path:line: ...`` for a line that is not a JSON object with string ``context`` and
+            ``answer`` (``question`` and ``id`` optional).
+    """
+    import json
+
+    ids, triples = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object with 'context' and 'answer'")
+            for key in ("context", "answer", "question"):
+                if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
+                    raise ValueError(f"{path}:{n}: field {key!r} must be a string")
+            ids.append(str(rec.get("id", n)))
+            triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
+    if not triples:
+        raise ValueError(f"{path}: no answers to score")
+    return ids, triples
+
+
+def _prediction_doc(pred, answer: str, item_id: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {} if item_id is None else {"id": item_id}
+    doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
+    doc["spans"] = [
+        {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
+    ]
+    return doc
+
+
 def cmd_predict(args) -> int:
-    """``halluprobe predict``: probability, label and optionally per-token scores of one answer."""
+    """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
+    import json
+
     from halluprobe.detector import Detector
 
+    if (args.input is None) == (args.context is None or args.answer is None):
+        raise clikit.UsageError("give either --context and --answer, or --input FILE")
+    if args.batch_size < 1:
+        raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     device = clikit.resolve_device(args.device)
+    ids, triples = (
+        read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
+    )
     det = Detector.load(args.detector)
-    pred = det.predict(args.context, args.question, args.answer, device=device)
-    verdict = "hallucinated" if pred.label else "supported"
-    print(f"p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
-    if args.tokens:
-        for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
-            print(f"{s:6.3f}  {tok!r}")
+    preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
+    for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):
+        if args.json:
+            print(json.dumps(_prediction_doc(pred, answer, item_id), ensure_ascii=False))
+            continue
+        verdict = "hallucinated" if pred.label else "supported"
+        head = "" if item_id is None else f"{item_id}: "
+        print(f"{head}p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
+        if args.spans:
+            print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
+        if args.tokens:
+            for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
+                print(f"{s:6.3f}  {tok!r}")
     return 0
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -28,16 +26,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from halubench_data import Span
+from halubench_data.files import atomic_path, atomic_write_bytes
 
 from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
-from halluprobe.cache import atomic_write_bytes, sha256_file
+from halluprobe.cache import sha256_file
+from halluprobe.localisation import TokenProbe
+from halluprobe.numeric import sigmoid
 from halluprobe.protocol import ProbeFit
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
 
     from halluprobe.extract import ProxyExtractor
+    from halluprobe.records import ExampleRecord
 
 FORMAT_VERSION = 3
 """Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
@@ -63,6 +66,11 @@ class Prediction:
     """``[A] float64``: per-answer-token probabilities; their logits average to the answer's logit."""
     tokens: list[str]
     """The ``A`` answer tokens as text."""
+    spans: tuple[Span, ...] = ()
+    """Character spans of the answer predicted hallucinated: from the detector's token probe when it has
+    one (tokens whose token-probe logit reaches its span threshold), else the tokens whose
+    ``token_scores`` reach ``threshold``; see `halluprobe.localisation.decode_spans`. Empty from
+    [`score_stats`][halluprobe.Detector.score_stats], which has no answer text."""
 
 
 def _versions() -> dict[str, str]:
@@ -83,12 +91,19 @@ class Detector:
         proxy: Proxy id for [`flashstats_hf.load_model`][] (``None``: the default SmolLM2).
         layers: Scored layers (``None``: all).
         hidden_layers: Kept hidden layers (as in the extraction).
+        token_probe: A token probe for spans (`halluprobe.localisation.TokenProbe`), saved with it.
     """
 
     def __init__(
-        self, fit: ProbeFit, proxy: str | None, layers: Sequence[int] | None, hidden_layers: Sequence[int]
+        self,
+        fit: ProbeFit,
+        proxy: str | None,
+        layers: Sequence[int] | None,
+        hidden_layers: Sequence[int],
+        token_probe: TokenProbe | None = None,
     ):
         self.fit = fit
+        self.token_probe = token_probe
         self.proxy = proxy
         self.layers = None if layers is None else tuple(int(i) for i in layers)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
@@ -112,15 +127,12 @@ class Detector:
             config, arrays = block.state()
             configs.append(config)
             tensors.update({f"block{i}.{k}": v for k, v in arrays.items()})
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{_TENSORS}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp)
-            digest = sha256_file(Path(tmp))
-            os.replace(tmp, path / _TENSORS)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        tp = self.token_probe
+        if tp is not None:
+            tensors.update({"token.mean": tp.mean, "token.scale": tp.scale, "token.coef": tp.coef})
+        with atomic_path(path / _TENSORS) as tmp:
+            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
+            digest = sha256_file(tmp)
         doc = {
             "format_version": FORMAT_VERSION,
             "proxy": self.proxy,
@@ -135,6 +147,9 @@ class Detector:
             "selection": self.fit.selection,
             "versions": _versions(),
             "tensors_sha256": digest,
+            "token_probe": None
+            if tp is None
+            else {k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
         }
         doc["integrity"] = dfile.document_digest(doc)
         atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1, allow_nan=False).encode())
@@ -180,7 +195,8 @@ class Detector:
         except SafetensorError as exc:
             raise ValueError(f"{path / _TENSORS} is not a safetensors file: {exc}") from None
         fit = _fit_from(doc, tensors, str(path / _TENSORS))
-        det = cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"])
+        token_probe = _token_probe_from(doc.get("token_probe"), tensors, str(path / _TENSORS))
+        det = cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
         det.source = path
         return det
 
@@ -200,7 +216,7 @@ class Detector:
                 f"detector {self.source or self.fit.feature_set}: {int((~np.isfinite(out)).sum())} score(s) "
                 "are not finite (the proxy produced non-finite features); refusing to give a verdict"
             )
-        return out if logits else 1.0 / (1.0 + np.exp(-out))
+        return out if logits else sigmoid(out)
 
     def info(self) -> dict[str, Any]:
         """Feature set, threshold and selections, for display."""
@@ -221,19 +237,43 @@ class Detector:
         """Score one triple with the proxy (higher = more likely hallucinated).
 
         Returns:
-            A [`Prediction`][halluprobe.Prediction].
+            A [`Prediction`][halluprobe.Prediction], with the answer's predicted spans.
         """
+        return self.predict_batch([(context, question, answer)], device=device)[0]
+
+    def predict_batch(
+        self, triples: Sequence[tuple[str, str, str]], *, device: str | None = None, batch_size: int = 8
+    ) -> list[Prediction]:
+        """Score many ``(context, question, answer)`` triples with one loaded proxy, in batched forwards.
+
+        Triples are grouped by length into forwards of at most ``batch_size``; the predictions come
+        back in input order and match [`predict`][halluprobe.Detector.predict] on each triple up to
+        padding round-off.
+
+        Raises:
+            ValueError: when a triple is not three strings or an answer is empty, or ``batch_size < 1``.
+        """
+        from halluprobe.extract import plan_batches
+        from halluprobe.records import reduce_forward
+
+        items = [_Triple(f"item{i}", *_check_triple(i, t)) for i, t in enumerate(triples)]
         ext = self.extractor(device)
-        ids, start = ext.encode(_Triple("query", context, question, answer))
-        fs = ext.forward([(ids, start)])
-        return self.score_stats(fs, [ext.tokenizer.decode([t]) for t in ids[start:]])
+        encoded = [ext.encode(it) for it in items]
+        out: list[Prediction | None] = [None] * len(items)
+        for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
+            fs = ext.forward([encoded[i] for i in idx])
+            records = reduce_forward(fs, [items[i].id for i in idx])
+            for b, (i, record) in enumerate(zip(idx, records, strict=True)):
+                out[i] = self._prediction(ext, fs, b, record, encoded[i], items[i].answer)
+        return [p for p in out if p is not None]
 
     def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
         """Score the statistics of one answer (batch of 1) from any recording path.
 
         [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
         streaming scorer ([`halluprobe.StreamingScorer`][]) from a
-        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions.
+        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions
+        (without the answer's text there are no character spans).
 
         Args:
             fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
@@ -243,19 +283,78 @@ class Detector:
         Returns:
             A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
         """
-        from halluprobe.records import reduce_forward, token_records
+        from halluprobe.records import reduce_forward
 
         (record,) = reduce_forward(fs, ["query"])
-        logit = float(self.score_records([record], logits=True)[0])
-        token_logits = self.score_records(token_records(fs, 0, record), logits=True)
-        prob = 1.0 / (1.0 + np.exp(-logit))
+        prob, token_probs = self._scores(fs, 0, record)
+        return Prediction(
+            prob, int(prob >= self.fit.threshold), self.fit.threshold, token_probs, list(tokens)
+        )
+
+    def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
+        """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
+        from halluprobe.records import token_records
+
+        prob = float(self.score_records([record])[0])
+        return prob, self.score_records(token_records(fs, b, record))
+
+    def _prediction(
+        self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
+        encoded: tuple[list[int], int], answer: str,
+    ) -> Prediction:  # fmt: skip
+        from halluprobe.localisation import decode_spans, token_features, token_offsets
+
+        ids, start = encoded
+        prob, token_probs = self._scores(fs, b, record)
+        offsets = token_offsets(ext.tokenizer, answer, ids[start:])
+        if self.token_probe is not None:
+            feats = token_features(fs, b, record.answer_len)
+            spans = self.token_probe.spans(feats, offsets, len(answer))
+        else:
+            spans = decode_spans(offsets, token_probs, self.fit.threshold, len(answer))
         return Prediction(
             probability=prob,
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
-            token_scores=1.0 / (1.0 + np.exp(-token_logits)),
-            tokens=list(tokens),
+            token_scores=token_probs,
+            tokens=[ext.tokenizer.decode([t]) for t in ids[start:]],
+            spans=spans,
         )
+
+
+def _check_triple(i: int, triple: Any) -> tuple[str, str, str]:
+    if (
+        not isinstance(triple, tuple | list)
+        or len(triple) != 3
+        or not all(isinstance(x, str) for x in triple)
+    ):
+        raise ValueError(
+            f"item {i}: expected a (context, question, answer) triple of strings, got {triple!r:.80}"
+        )
+    if not triple[2].strip():
+        raise ValueError(f"item {i}: the answer is empty")
+    return triple[0], triple[1], triple[2]
+
+
+def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> TokenProbe | None:
+    """The saved token probe (None when the detector has none), every field and array checked."""
+    if meta is None:
+        return None
+    keys = ("intercept", "C", "threshold", "val_auroc")
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), int | float) for k in keys):
+        raise ValueError(f"{where}: field 'token_probe' must be an object with numbers {keys}")
+    try:
+        mean, scale, coef = (tensors[f"token.{k}"] for k in ("mean", "scale", "coef"))
+    except KeyError as exc:
+        raise ValueError(f"{where}: the token probe's tensor {exc} is missing") from None
+    if not (mean.ndim == 1 and mean.shape == scale.shape == coef.shape):
+        raise ValueError(
+            f"{where}: token probe tensors must be [F] each, got {mean.shape}, {scale.shape}, {coef.shape}"
+        )
+    if not all(np.isfinite(a).all() for a in (mean, scale, coef)) or not np.all(scale > 0):
+        raise ValueError(f"{where}: the token probe's tensors must be finite with a positive scale")
+    intercept, c, threshold = (float(meta[k]) for k in keys[:3])
+    return TokenProbe(mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]))
 
 
 def _no_constant(name: str) -> None:

@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from halluprobe.numeric import sigmoid
 from halluprobe.records import HEAD_STATS, POOLS, ExampleRecord
 
 
@@ -106,7 +107,7 @@ class _LinearProbe(_ScoreDetector):
 
     def predict_proba(self, X):
         """``[n, 2]`` probabilities, columns follow ``classes_`` (column 1 = hallucinated)."""
-        p = 1.0 / (1.0 + np.exp(-self.raw_score(X)))
+        p = sigmoid(self.raw_score(X))
         return np.stack([1.0 - p, p], 1)
 
 

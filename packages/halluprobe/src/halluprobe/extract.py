@@ -160,6 +160,7 @@ class ProxyExtractor:
             [`flashstats_hf.GraphedRecorder`][] (one CUDA graph per shape bucket, replayed) instead of
             one eager batched ``record_forward``: the same records, without the eager host cost per
             forward. CUDA models only; ``None`` (default): eager batches.
+        backend: Kernel backend of the eager ``record_forward`` (``"auto"``, ``"triton"``, ``"torch"``).
     """
 
     model: Any
@@ -168,6 +169,7 @@ class ProxyExtractor:
     hidden_layers: tuple[int, ...] | None = None
     toha: bool = False
     graph_buckets: tuple[int, int] | None = None
+    backend: str = "auto"
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
     _graphed: Any = field(default=None, repr=False)
 
@@ -246,6 +248,7 @@ class ProxyExtractor:
             layers=self.layers,
             logits=True,
             hidden_layers=self.hidden_layers,
+            backend=self.backend,
         )
 
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:

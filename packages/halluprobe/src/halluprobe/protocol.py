@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+from halubench_data.metrics import C_GRID, best_by_validation
 
 from halluprobe.blocks import (
     A7_SELECTION,
@@ -29,10 +29,11 @@ from halluprobe.blocks import (
     Standardizer,
     parse_feature_set,
 )
+from halluprobe.numeric import sigmoid
 from halluprobe.records import MAX_SINKS, ExampleRecord
 
-CS: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
-"""Regularisation strengths searched, ascending (ties go to the first)."""
+CS: tuple[float, ...] = C_GRID
+"""Regularisation strengths searched, ascending (ties go to the first): ``halubench_data.metrics.C_GRID``."""
 KS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 """Numbers of induction heads searched for A7, ascending."""
 
@@ -71,7 +72,7 @@ class ProbeFit:
 
     def predict_proba(self, records: list[ExampleRecord]) -> np.ndarray:
         """``[n]`` probability of label 1 (hallucinated); higher means more likely hallucinated."""
-        return 1.0 / (1.0 + np.exp(-self.decision_function(records)))
+        return sigmoid(self.decision_function(records))
 
 
 def _metrics():
@@ -104,15 +105,12 @@ def fit_blocks(
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(val) for b in blocks]))
     m = _metrics()
-    best: tuple[float, float, Any] | None = None
-    for c in sorted(cs):
+
+    def fit(c: float):
         lr = _logreg(c).fit(z_tr, y_train)
-        score = float(m.auroc(lr.decision_function(z_va), y_val))
-        if best is None or score > best[0]:
-            best = (score, c, lr)
-    if best is None:
-        raise ValueError("cs must hold at least one regularisation strength C")
-    score, c, lr = best
+        return float(m.auroc(lr.decision_function(z_va), y_val)), lr
+
+    c, score, lr = best_by_validation(sorted(cs), fit)
     p_val = lr.predict_proba(z_va)[:, list(lr.classes_).index(1)]
     threshold = float(m.select_threshold(p_val, y_val))
     return ProbeFit(feature_set, blocks, scaler, lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), c,

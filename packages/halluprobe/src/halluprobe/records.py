@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats
@@ -29,8 +30,8 @@ HEAD_STATS: tuple[str, ...] = (
 )
 """Per-token, per-head statistics, in [`head_stats`][halluprobe.ExampleRecord.head_stats] order."""
 
-POOLS: tuple[str, ...] = ("mean", "std", "min", "max")
-"""Poolings over answer tokens, in the order of the last axis of pooled arrays."""
+POOLS: tuple[str, ...] = POOL_NAMES
+"""Poolings over answer tokens, in the order of the last axis of pooled arrays (``flashstats_hf``)."""
 
 MAX_SINKS = 10
 """Largest sink count ``k`` kept per head (the protocol searches ``k`` in ``1..MAX_SINKS``)."""
@@ -78,10 +79,7 @@ def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     if not bool(mask.any()):
         raise ValueError("pool needs at least one answer token; got an empty answer mask")
-    v = values[..., mask].double()
-    mean = v.mean(-1)
-    std = v.std(-1, correction=0)
-    return torch.stack([mean, std, v.amin(-1), v.amax(-1)], -1).float()
+    return pool_tokens(values[..., mask].double(), -1).float()
 
 
 def lookback_ratio(prompt_mass: torch.Tensor, prompt_len: int) -> torch.Tensor:

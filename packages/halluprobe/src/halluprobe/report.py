@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from halluprobe.cache import atomic_write_bytes
+from halubench_data.files import atomic_path, atomic_write_bytes
 
 
 def _curves(scores: np.ndarray, y: np.ndarray):
@@ -18,39 +17,42 @@ def _curves(scores: np.ndarray, y: np.ndarray):
     return (fpr, tpr), (rec, prec)
 
 
-def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray) -> list[str]:
-    """Write ``roc.png`` and ``pr.png`` under ``out``; returns the file names."""
+def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray, prefix: str = "") -> list[str]:
+    """Write ``<prefix>roc.png`` and ``<prefix>pr.png`` under ``out``; returns the file names."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figs = {"roc.png": plt.subplots(figsize=(5.5, 5)), "pr.png": plt.subplots(figsize=(5.5, 5))}
+    roc_name, pr_name = f"{prefix}roc.png", f"{prefix}pr.png"
+    figs = {roc_name: plt.subplots(figsize=(5.5, 5)), pr_name: plt.subplots(figsize=(5.5, 5))}
     for i, (name, s) in enumerate(test_scores.items()):
         roc, pr = _curves(np.asarray(s, dtype=np.float64), y)
         style: dict[str, Any] = dict(
             label=name, lw=1.2, color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3]
         )
-        figs["roc.png"][1].plot(*roc, **style)
-        figs["pr.png"][1].plot(*pr, **style)
-    ax = figs["roc.png"][1]
+        figs[roc_name][1].plot(*roc, **style)
+        figs[pr_name][1].plot(*pr, **style)
+    ax = figs[roc_name][1]
     ax.plot([0, 1], [0, 1], "k:", lw=0.8)
     ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)")
-    ax = figs["pr.png"][1]
+    ax = figs[pr_name][1]
     ax.axhline(float(np.mean(y)), color="k", ls=":", lw=0.8)
     ax.set(xlabel="recall", ylabel="precision", title="Precision-recall (test, hallucinated class)")
     for fname, (fig, ax) in figs.items():
         ax.legend(fontsize=7, loc="best")
         fig.tight_layout()
-        tmp = out / f".{fname}.tmp.png"
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(out / fname)
+        with atomic_path(out / fname) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
         plt.close(fig)
     return list(figs)
 
 
-def write_report(out: Path, table: str, results, test_scores, y, fits, tests, dataset_name: str) -> Path:
-    """Write ``out/report.md`` (results table, selections, addition tests, plots); returns its path."""
+def write_report(out: Path, table: str, test_scores, y, fits, tests, dataset_name: str) -> Path:
+    """Write ``out/report.md`` (results table, selections, addition tests, plots); returns its path.
+
+    ``tests`` are `halluprobe.evaluation.PairedTest` with ``p_holm`` set.
+    """
     plot_curves(out, test_scores, np.asarray(y))
     lines = [
         f"# halluprobe report: {dataset_name}",
@@ -77,12 +79,11 @@ def write_report(out: Path, table: str, results, test_scores, y, fits, tests, da
             "|---|---|---|---|---|",
         ]
         for t in tests:
-            ci = f"[{t['ci'][0]:.3f}, {t['ci'][1]:.3f}]"
-            lines.append(
-                f"| {t['comparison']} | {t['delta']:+.3f} | {ci} | {t['p']:.4f} | {t['p_holm']:.4f} |"
-            )
+            ci = f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+            lines.append(f"| {t.a} -> {t.b} | {t.delta:+.3f} | {ci} | {t.p:.4f} | {t.p_holm:.4f} |")
     lines += ["", "## Curves", "", "![ROC](roc.png)", "", "![PR](pr.png)", ""]
     lines += ["Detectors: `detectors/<feature set>/` (load with `halluprobe.Detector.load`).", ""]
+    lines += ["Every number above, machine-readable: `results.json` (`halluprobe.evaluation`).", ""]
     path = out / "report.md"
     atomic_write_bytes(path, "\n".join(lines).encode())
     return path

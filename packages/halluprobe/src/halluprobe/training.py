@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from halubench_data import clikit
+from halubench_data.files import atomic_write_bytes
+from halubench_data.metrics import best_by_validation
 
 from halluprobe.blocks import parse_feature_set
-from halluprobe.cache import atomic_write_bytes
 from halluprobe.protocol import CS, train_feature_sets
+
+if TYPE_CHECKING:
+    from halluprobe.evaluation import DatasetEvaluation, PairedTest
 
 ADDITIONS = (("H64", "A7H64"), ("L9", "A7L9"), ("H64", "A64H64"))
 """Block additions tested with the paired group bootstrap when both sets were fitted."""
@@ -22,32 +27,33 @@ def _split_arrays(ds, split: str) -> tuple[np.ndarray, list[str]]:
     return np.asarray(part.labels, dtype=np.int64), [str(g) for g in part.groups]
 
 
-def published_scores(records, labels, order, logit_names, toha: bool) -> dict[str, dict[str, np.ndarray]]:
-    """Validation and test scores of the published detectors (each picks its setting on validation).
+def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, Callable[[list], np.ndarray]]:
+    """Fit the published detectors (each picks its setting on validation); return their scorers.
 
-    Returns:
-        ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
+    Supervised ones (Lookback Lens, SinkProbe) fit on train with ``C`` by validation AUROC; LLM-Check,
+    INTRYGUE and TOHA choose their setting on validation; RAUQ has none. A scorer maps records of any
+    dataset to ``[n]`` scores (higher = more likely hallucinated), so a detector fitted here can be
+    tested on another dataset (transfer).
     """
     from halubench_data.metrics import auroc
 
     from halluprobe import detectors as d
 
-    tr, va, te = records["train"], records["validation"], records["test"]
+    tr, va = records["train"], records["validation"]
     y_tr, y_va = labels["train"], labels["validation"]
-    out: dict[str, dict[str, np.ndarray]] = {}
+    out: dict[str, Callable[[list], np.ndarray]] = {}
 
     def supervised(name, cls, matrix):
-        best = None
-        for c in CS:  # fit on train, C by validation AUROC (ties to the smaller C)
+        def fit(c):
             det = cls(C=c).fit(matrix(tr), y_tr)
-            a = auroc(det.raw_score(matrix(va)), y_va)
-            if best is None or a > best[0]:
-                best = (a, det)
-        out[name] = {"validation": best[1].raw_score(matrix(va)), "test": best[1].raw_score(matrix(te))}
+            return auroc(det.raw_score(matrix(va)), y_va), det
+
+        _, _, det = best_by_validation(CS, fit)  # fit on train, C by validation AUROC (ties to the smaller C)
+        out[name] = lambda recs: det.raw_score(matrix(recs))
 
     def chosen_on_validation(name, det, matrix):
         det.fit(matrix(va), y_va)
-        out[name] = {"validation": det.raw_score(matrix(va)), "test": det.raw_score(matrix(te))}
+        out[name] = lambda recs: det.raw_score(matrix(recs))
 
     supervised("LookbackLens", d.LookbackLens, d.lookback_matrix)
     chosen_on_validation("LookbackLens (<=10 heads)", d.LookbackLensHeads(), d.lookback_matrix)
@@ -61,36 +67,38 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
     if toha:
         chosen_on_validation("TOHA", d.TOHA(), d.toha_matrix)
     rauq, lp = d.RAUQ().fit(), logit_names.index("answer_logprob")
-
-    def rauq_in(recs):
-        return [(prev, np.exp(logp)) for prev, logp in d.rauq_inputs(recs, lp)]
-
-    out["RAUQ"] = {
-        "validation": rauq.decision_function(rauq_in(va)),
-        "test": rauq.decision_function(rauq_in(te)),
-    }
+    out["RAUQ"] = lambda recs: rauq.decision_function([(p, np.exp(q)) for p, q in d.rauq_inputs(recs, lp)])
     return out
 
 
+def published_scores(records, labels, order, logit_names, toha: bool) -> dict[str, dict[str, np.ndarray]]:
+    """Validation and test scores of the published detectors (`fit_published`).
+
+    Returns:
+        ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
+    """
+    scorers = fit_published(records, labels, order, logit_names, toha)
+    return {
+        name: {"validation": score(records["validation"]), "test": score(records["test"])}
+        for name, score in scorers.items()
+    }
+
+
 def run_training(
-    ds,
-    records,
-    ext,
-    feature_sets: list[str],
-    out: Path,
-    *,
-    proxy,
-    published: bool = True,
-    toha: bool = False,
-    **selections,
-) -> str:
+    ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True,
+    toha: bool = False, token_examples: dict | None = None, **selections,
+) -> str:  # fmt: skip
     """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
 
     ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections.
+    With ``token_examples`` (``{"train", "validation", "test"}`` lists of
+    `halluprobe.localisation.TokenExample`), a token probe is fitted with the same protocol, scored
+    on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
+    with every detector, whose predictions then carry its spans.
     """
     from flashstats_hf import LOGIT_STAT_NAMES
-    from halubench_data import text_only_baselines
-    from halubench_data.metrics import evaluate, results_table, select_threshold
+    from halubench_data import text_only_scores
+    from halubench_data.metrics import results_table
 
     from halluprobe.detector import Detector
     from halluprobe.induction import induction_scores, rank_heads
@@ -113,43 +121,63 @@ def run_training(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
         labels["validation"], progress=print, **selections,
     )  # fmt: skip
-    results, test_scores = {}, {}
+    from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
+
+    token_probe, extra = None, {}
+    if token_examples is not None:
+        from dataclasses import asdict
+
+        from halluprobe.localisation import fit_and_evaluate
+
+        clikit.status("fitting the token probe (localisation)")
+        token_probe, span_result = fit_and_evaluate(token_examples)
+        extra["localisation"] = {
+            "C": token_probe.C,
+            "val_token_auroc": token_probe.val_auroc,
+            **asdict(span_result),
+        }
+    y_val = labels["validation"]
+    methods = []
     for name, fit in fits.items():
-        test_scores[name] = fit.predict_proba(records["test"])
-        results[name] = evaluate(test_scores[name], labels["test"], groups["test"], fit.threshold)
-        Detector(fit, proxy, ext.layers, ext.hidden_layers).save(out / "detectors" / name)
+        val_s, test_s = fit.predict_proba(records["validation"]), fit.predict_proba(records["test"])
+        methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
+        Detector(fit, proxy, ext.layers, ext.hidden_layers, token_probe).save(out / "detectors" / name)
     if published:
         clikit.status("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
         for name, sc in pub.items():
-            thr = select_threshold(sc["validation"], labels["validation"])
-            test_scores[name] = sc["test"]
-            results[name] = evaluate(sc["test"], labels["test"], groups["test"], thr)
-    for name, res in text_only_baselines(ds).items():
-        results[f"text-only {name}"] = res
-    tests = _addition_tests(fits, test_scores, labels["test"], groups["test"])
-    table = results_table(results)
+            methods.append(
+                MethodScores.chosen_on_validation(name, "detector", sc["validation"], sc["test"], y_val)
+            )
+    for name, (val_s, test_s) in text_only_scores(ds).items():
+        methods.append(
+            MethodScores.chosen_on_validation(f"text-only {name}", "text-only", val_s, test_s, y_val)
+        )
+    ev = evaluate_methods(ds.name, methods, labels["test"], groups["test"])
+    tests = addition_tests(ev)
+    table = results_table(dict(ev.results))
     from halluprobe.report import write_report
 
-    write_report(out, table, results, test_scores, labels["test"], fits, tests, ds.name)
+    selection = {
+        n: {"C": f.C, "threshold": f.threshold, "val_auroc": f.val_auroc, **f.selection}
+        for n, f in fits.items()
+    }
+    write_results(out, [ev], tests, extra={"selection": selection, **extra}, plots=False)
+    test_scores = {name: m.test for name, m in ev.methods.items()}
+    write_report(out, table, test_scores, labels["test"], fits, tests, ds.name)
     return table
 
 
-def _addition_tests(fits, test_scores, y, groups) -> list[dict[str, Any]]:
-    """Paired group bootstrap (100,000 resamples, seed 42) of F1 for each block addition, Holm-corrected."""
-    from halubench_data.metrics import holm, paired_bootstrap
+def addition_tests(ev: DatasetEvaluation, n: int = 100_000) -> tuple[PairedTest, ...]:
+    """Paired group bootstrap of test F1 for each evaluated block addition, Holm-corrected together.
 
-    rows: list[dict[str, Any]] = []
-    for base, full in ADDITIONS:
-        if base in fits and full in fits:
-            res = paired_bootstrap(
-                test_scores[base], test_scores[full], y, groups, "f1", n=100_000, seed=42,
-                thresholds=(fits[base].threshold, fits[full].threshold),
-            )  # fmt: skip
-            rows.append(
-                {"comparison": f"{base} -> {full}", "delta": res.delta, "ci": res.ci, "p": res.p_value}
-            )
-    if rows:
-        for row, p in zip(rows, holm([r["p"] for r in rows]), strict=True):
-            row["p_holm"] = float(p)
-    return rows
+    Every pair of `ADDITIONS` whose two feature sets are methods of ``ev`` is tested with ``n``
+    resamples (seed 42).
+    """
+    from halluprobe.evaluation import holm_families, paired_test
+
+    return holm_families(
+        paired_test(ev, base, full, "f1", family="additions", key="f1", n=n)
+        for base, full in ADDITIONS
+        if base in ev.methods and full in ev.methods
+    )

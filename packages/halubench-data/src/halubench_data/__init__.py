@@ -4,7 +4,7 @@ Labels everywhere: 1 = hallucinated (the context does not support the answer), 0
 Scores everywhere: higher means more likely hallucinated.
 """
 
-from .baselines import answer_lengths, length_baseline, text_only_baselines, tfidf_baseline
+from .baselines import answer_lengths, length_baseline, text_only_baselines, text_only_scores, tfidf_baseline
 from .builders import (
     FieldMap,
     build_claims,
@@ -20,7 +20,8 @@ from .builders import (
 )
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
-from .io import RecordError, atomic_write_text, example_from_dict, example_to_dict, read_jsonl, write_jsonl
+from .files import atomic_path, atomic_write_bytes, atomic_write_text
+from .io import RecordError, example_from_dict, example_to_dict, read_jsonl, write_jsonl
 from .leakage import (
     UnionFind,
     assign_splits,
@@ -33,9 +34,11 @@ from .leakage import (
     word_ngrams,
 )
 from .metrics import (
+    C_GRID,
     EvalResult,
     PairedBootstrap,
     auroc,
+    best_by_validation,
     evaluate,
     f1_at,
     holm,
@@ -46,6 +49,8 @@ from .metrics import (
     select_threshold,
 )
 from .schema import SPLITS, Example, Span, Split
+from .select import BUILDERS, BuildOptions, DatasetSpec, load, parse_spec, subsample
+from .weights import WeightsNotFoundError, smollm2_gguf
 
 __version__ = "0.1.0"
 
@@ -74,8 +79,21 @@ __all__ = [
     "build_default",
     "length_baseline",
     "text_only_baselines",
+    "text_only_scores",
     "tfidf_baseline",
+    "BUILDERS",
+    "C_GRID",
     "SPLITS",
+    "BuildOptions",
+    "DatasetSpec",
+    "WeightsNotFoundError",
+    "atomic_path",
+    "atomic_write_bytes",
+    "best_by_validation",
+    "load",
+    "parse_spec",
+    "smollm2_gguf",
+    "subsample",
     "Dataset",
     "Drop",
     "EvalResult",

@@ -20,9 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .dataset import Dataset
-from .metrics import EvalResult, auroc, evaluate, select_threshold
-
-C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
+from .metrics import C_GRID, EvalResult, auroc, best_by_validation, evaluate, select_threshold
 
 
 def _splits(ds: Dataset) -> tuple[Dataset, Dataset, Dataset]:
@@ -70,16 +68,14 @@ def tfidf_scores(
     vec = TfidfVectorizer(ngram_range=(1, 2))
     x_train = vec.fit_transform(train.answers)
     x_val, x_test = vec.transform(val.answers), vec.transform(test.answers)
-    best = None
-    for c in sorted(c_grid):
+
+    def fit(c: float) -> tuple[float, LogisticRegression]:
         model = LogisticRegression(C=c, solver="liblinear", class_weight="balanced", random_state=seed)
         model.fit(x_train, train.labels)
-        v = model.predict_proba(x_val)[:, 1]
-        score = auroc(v, val.labels)
-        if best is None or score > best[0] + 1e-12:
-            best = (score, c, v, model.predict_proba(x_test)[:, 1])
-    assert best is not None
-    return best[2], best[3], best[1]
+        return auroc(model.predict_proba(x_val)[:, 1], val.labels), model
+
+    c, _, model = best_by_validation(sorted(c_grid), fit, tol=1e-12)
+    return model.predict_proba(x_val)[:, 1], model.predict_proba(x_test)[:, 1], c
 
 
 def tfidf_baseline(
@@ -94,6 +90,26 @@ def tfidf_baseline(
     threshold = select_threshold(val_scores, ds.validation.labels)
     test = ds.test
     return evaluate(test_scores, test.labels, test.groups, threshold, n_bootstrap=n_bootstrap, seed=seed)
+
+
+def text_only_scores(ds: Dataset, *, seed: int = 42) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Validation and test scores of both baselines, keyed ``"length"`` and ``"tfidf"``.
+
+    The length score is signed by the direction chosen on validation; each baseline's threshold is
+    then the validation-F1 one (``select_threshold``), as in `length_baseline` and
+    `tfidf_baseline`.
+
+    Returns:
+        ``{name: (validation scores [N_val], test scores [N_test])}``, higher = more likely hallucinated.
+    """
+    _, val, test = _splits(ds)
+    v_len = answer_lengths(val).astype(np.float64)
+    sign = 1.0 if auroc(v_len, val.labels) >= 0.5 else -1.0
+    tf_val, tf_test, _ = tfidf_scores(ds, seed=seed)
+    return {
+        "length": (sign * v_len, sign * answer_lengths(test).astype(np.float64)),
+        "tfidf": (tf_val, tf_test),
+    }
 
 
 def text_only_baselines(ds: Dataset, *, n_bootstrap: int = 10_000, seed: int = 42) -> dict[str, EvalResult]:

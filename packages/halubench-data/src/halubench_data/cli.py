@@ -15,18 +15,9 @@ from . import clikit
 if TYPE_CHECKING:
     from .dataset import Dataset
 
-BUILDERS = (
-    "ragtruth",
-    "ragtruth-original",
-    "halubench",
-    "trivia-plus",
-    "phantom",
-    "faithbench",
-    "wice",
-    "lfqa",
-    "claimverify",
-    "expertqa",
-    "default",
+SPEC_HELP = (
+    "dataset spec: 'default', a JSONL file, or NAME:PATH for a builder run on local files "
+    "(e.g. ragtruth:../shared/data/ragtruth, ragtruth-qa:..., faithbench:..., wice:...)"
 )
 
 
@@ -39,8 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
-    b.add_argument("name", choices=BUILDERS, help="which builder")
-    b.add_argument("--source", type=Path, help="input file or folder (not needed for 'default')")
+    b.add_argument("spec", help=SPEC_HELP)
     b.add_argument("--out", type=Path, required=True, help="output JSONL file (written atomically)")
     b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     b.add_argument("--seed", type=int, default=42, help="seed of filters and splits (default 42)")
@@ -52,12 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
     b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
-    s = sub.add_parser("stats", help="print counts per source, label and split of a JSONL dataset")
-    s.add_argument("file", type=Path)
-    t = sub.add_parser(
-        "baselines", help="answer-only baselines (length, TF-IDF) on a JSONL dataset's test split"
-    )
-    t.add_argument("file", type=Path)
+    s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
+    s.add_argument("spec", help=SPEC_HELP)
+    t = sub.add_parser("baselines", help="answer-only baselines (length, TF-IDF) on a dataset's test split")
+    t.add_argument("spec", help=SPEC_HELP)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
     )
@@ -65,29 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> Dataset:
-    from . import builders
-    from .default import build_default
+    from .select import BuildOptions, load
 
-    if args.name == "default":
-        if args.n_contexts < 2 or args.n_contexts % 2:
-            raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {args.n_contexts}")
-        return build_default(seed=args.seed, n_contexts=args.n_contexts)
-    if args.source is None:
-        raise ValueError(f"builder {args.name!r} needs --source PATH")
-    if not args.source.exists():
-        raise FileNotFoundError(f"--source {args.source} does not exist")
-    if args.name in ("ragtruth", "ragtruth-original"):
-        fn = builders.build_ragtruth if args.name == "ragtruth" else builders.build_ragtruth_original
-        return fn(args.source, tasks=args.task or builders.TASKS, models=args.model, seed=args.seed)
-    if args.name == "halubench":
-        return builders.build_halubench(args.source, apply_filters=not args.no_filter, seed=args.seed)
-    if args.name == "trivia-plus":
-        return builders.build_trivia_plus(args.source, seed=args.seed)
-    if args.name == "phantom":
-        return builders.build_phantom(args.source, seed=args.seed)
-    if args.name == "faithbench":
-        return builders.build_faithbench(args.source, seed=args.seed)
-    return builders.build_claims(args.name, args.source, seed=args.seed)
+    if args.spec == "default" and (args.n_contexts < 2 or args.n_contexts % 2):
+        raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {args.n_contexts}")
+    options = BuildOptions(
+        seed=args.seed,
+        tasks=tuple(args.task) if args.task else None,
+        models=tuple(args.model) if args.model else None,
+        apply_filters=not args.no_filter,
+        n_contexts=args.n_contexts,
+    )
+    return load(args.spec, options=options)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -103,7 +80,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         clikit.status(ds.report.summary())
     if len(ds) == 0:
         raise clikit.UsageError(
-            f"--source {args.source}: the {args.name} builder kept no examples (nothing written); "
+            f"{args.spec}: the builder kept no examples (nothing written); "
             "check that the file has the builder's format and that --task/--model name values it holds"
         )
     print(ds.stats_table())
@@ -114,21 +91,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``halubench-data stats``: counts per source, label and split."""
-    from .io import read_jsonl
+    from .select import load
 
-    print(read_jsonl(args.file).stats_table())
+    print(load(args.spec).stats_table())
     return 0
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
     """``halubench-data baselines``: answer-only baselines on the test split."""
     from .baselines import text_only_baselines
-    from .io import read_jsonl
     from .metrics import results_table
+    from .select import load
 
     if args.n_bootstrap < 1:
         raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
-    ds = read_jsonl(args.file)
+    ds = load(args.spec)
     print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
     return 0
 

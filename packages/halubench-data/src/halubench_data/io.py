@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from .dataset import Dataset, Drop, LoadReport
+from .files import atomic_write_text
 from .schema import SPLITS, Example, Span
 
 REQUIRED = ("id", "source", "context", "question", "answer", "label", "group")
@@ -153,32 +153,6 @@ def read_jsonl(path: str | os.PathLike[str], *, errors: Literal["raise", "drop"]
             examples.append(ex)
     report = LoadReport(str(path), n_read, len(examples), tuple(drops))
     return Dataset(tuple(examples), path.stem, report)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: bool = False) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    A reader never sees a half-written file, and a crash leaves the old file (if any) intact.
-
-    Raises:
-        FileExistsError: when ``path`` exists and ``overwrite`` is false.
-    """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --overwrite) to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def write_jsonl(

@@ -25,14 +25,18 @@ of intervals and p-values, and the number of valid resamples is reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
 Metric = Literal["f1", "auroc", "precision", "recall"]
 _CHUNK = 4096
+C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
+"""Inverse regularisation strengths that every logistic probe and baseline searches, ascending."""
+_Cand = TypeVar("_Cand")
+_Fitted = TypeVar("_Fitted")
 
 
 def _check(scores: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
@@ -137,6 +141,36 @@ def select_threshold(
     f1 = 2 * tp / (2 * tp + fp + (y.sum() - tp))
     best = np.flatnonzero(f1 >= f1.max() - 1e-12)
     return float(uniq[best[-1]])
+
+
+def best_by_validation(
+    candidates: Sequence[_Cand], fit: Callable[[_Cand], tuple[float, _Fitted]], *, tol: float = 0.0
+) -> tuple[_Cand, float, _Fitted]:
+    """Fit every candidate in order and keep the one with the highest validation score.
+
+    The loop behind every "``C`` by validation AUROC" choice of the project. A later candidate
+    replaces the best only when it scores more than ``tol`` higher, so ties go to the earlier one
+    (pass ``C`` ascending: ties go to the smaller ``C``, the stronger regularisation).
+
+    Args:
+        candidates: settings to try, in tie-break order.
+        fit: ``candidate -> (validation score, fitted model)``; higher scores are better.
+        tol: margin a later candidate must beat the best by.
+
+    Returns:
+        ``(candidate, score, fitted)`` of the chosen candidate.
+
+    Raises:
+        ValueError: when ``candidates`` is empty.
+    """
+    best: tuple[_Cand, float, _Fitted] | None = None
+    for cand in candidates:
+        score, fitted = fit(cand)
+        if best is None or score > best[1] + tol:
+            best = (cand, float(score), fitted)
+    if best is None:
+        raise ValueError("best_by_validation needs at least one candidate")
+    return best
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--dataset",
         required=True,
-        metavar="NAME_OR_JSONL",
-        help="a halubench-data JSONL, 'default', or a builder name (ragtruth-qa, ragtruth, halubench, "
-        "trivia-plus, phantom, faithbench, wice, lfqa, claimverify, expertqa) with --source",
+        metavar="SPEC",
+        help="dataset spec as in every CLI: 'default', a halubench-data JSONL, or NAME:PATH for a builder on "
+        "local files (ragtruth-qa:PATH, ragtruth:PATH, halubench:PATH, faithbench:PATH, wice:PATH, ...)",
     )
-    ev.add_argument("--source", metavar="PATH", help="input file or folder of a named dataset's builder")
     ev.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created)")
     ev.add_argument(
         "--template", default="auto", choices=("auto", *TEMPLATES), help="judge template (default: auto)"
@@ -56,10 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--select-on",
         nargs="+",
         default=None,
-        metavar="JSONL",
-        help="datasets whose validation splits choose the template (default: the evaluated dataset)",
+        metavar="SPEC",
+        help="dataset specs whose validation splits choose the template (default: the evaluated dataset)",
     )
-    ev.add_argument("--limit", type=int, default=None, metavar="N", help="at most N examples per split")
+    ev.add_argument(
+        "--limit", type=int, default=None, metavar="N",
+        help="at most N examples per split (seeded, label-balanced: halubench_data.subsample)",
+    )  # fmt: skip
     ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
     clikit.add_device_arg(ev)
     ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")

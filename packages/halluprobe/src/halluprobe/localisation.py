@@ -1,0 +1,366 @@
+"""Token-level localisation: per-token features, a token probe, character spans and span F1.
+
+A token probe scores every answer token (higher = more likely inside a hallucinated span) from the
+token's head-mean attention statistics of every scored layer (`halluprobe.records.HEAD_STATS`)
+and its logit statistics. It follows the sequence probes' protocol: a class-balanced logistic
+regression fitted on the training tokens (a token is positive when it overlaps an annotated span),
+``C`` in `TOKEN_CS` chosen by validation token AUROC, then the threshold by validation span F1.
+
+Spans: the characters of every token scored at or above the threshold, merged into maximal runs
+(`decode_spans`). Span precision, recall and F1 count characters: overlap of predicted and
+annotated characters over predicted (precision) and annotated (recall) characters, summed over the
+answers of a split (micro average), the character-level span metric that LettuceDetect reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from halubench_data import Span
+from halubench_data.metrics import best_by_validation
+
+if TYPE_CHECKING:
+    from flashstats_hf.types import ForwardStats
+
+    from halluprobe.extract import ProxyExtractor
+
+__all__ = [
+    "MAX_TRAIN_TOKENS",
+    "TOKEN_CS",
+    "SpanResult",
+    "TokenExample",
+    "TokenProbe",
+    "char_mask",
+    "choose_span_threshold",
+    "decode_spans",
+    "evaluate_spans",
+    "fit_and_evaluate",
+    "fit_token_probe",
+    "span_counts",
+    "span_prf",
+    "token_examples",
+    "token_features",
+    "token_offsets",
+]
+
+TOKEN_CS: tuple[float, ...] = (0.01, 0.1, 1.0)
+"""Regularisation strengths of the token probe, ascending (ties go to the smaller)."""
+MAX_TRAIN_TOKENS = 200_000
+"""At most this many training tokens (a seeded uniform sample) fit the token probe."""
+
+
+def token_features(fs: ForwardStats, b: int, length: int) -> np.ndarray:
+    """``[A, NL * 8 + V] float32``: per-token head-mean attention statistics of every layer + logit stats.
+
+    Args:
+        fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
+        b: Example index in the batch.
+        length: Its answer length ``A``.
+
+    Non-finite values (an undefined statistic) become 0.
+    """
+    from halluprobe.records import head_series
+
+    if fs.logit_stats is None:
+        raise ValueError("token features need the forward's logit statistics (record with logits=True)")
+    heads = head_series(fs, b, length).mean(1)  # [NL, len(HEAD_STATS), A]: the mean over heads
+    att = heads.reshape(-1, length).T.cpu().numpy()
+    logit = fs.logit_stats[b, :length].float().cpu().numpy()
+    feats = np.concatenate([att, logit], 1).astype(np.float32)
+    return np.nan_to_num(feats, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def token_offsets(tokenizer, answer: str, ids: Sequence[int]) -> np.ndarray:
+    """``[A, 2] int32`` character offsets in ``answer`` of each answer token (decoded one by one).
+
+    A token that holds part of a multi-byte character decodes to one replacement character, so offsets
+    can drift by a character around such tokens; they are clamped to the answer.
+    """
+    ids = list(ids)
+    decoded = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+    base = 0 if answer.startswith(decoded[:1]) else len(answer) - len(answer.lstrip())
+    lens = [len(tokenizer.decode([t], clean_up_tokenization_spaces=False)) for t in ids]
+    ends = np.cumsum(lens, dtype=np.int64)
+    starts = ends - np.asarray(lens, dtype=np.int64)
+    off = np.stack([starts, ends], 1).reshape(-1, 2) + base
+    return np.clip(off, 0, len(answer)).astype(np.int32)
+
+
+def char_mask(spans: Sequence[Span], n_chars: int) -> np.ndarray:
+    """``[n_chars] bool``: True on every character inside one of ``spans``."""
+    mask = np.zeros(n_chars, dtype=bool)
+    for sp in spans:
+        mask[sp.start : sp.end] = True
+    return mask
+
+
+def _flagged_chars(offsets: np.ndarray, flags: np.ndarray, n_chars: int) -> np.ndarray:
+    pred = np.zeros(n_chars, dtype=bool)
+    for (a, b), flag in zip(offsets, flags, strict=True):
+        if flag and b > a:
+            pred[a:b] = True
+    return pred
+
+
+def decode_spans(offsets: np.ndarray, scores: np.ndarray, threshold: float, n_chars: int) -> tuple[Span, ...]:
+    """Character spans of the answer covered by tokens scored ``>= threshold``.
+
+    Args:
+        offsets: ``[A, 2] int``. Token character offsets (`token_offsets`).
+        scores: ``[A] float``. Token scores (higher = more likely hallucinated).
+        threshold: flag a token when its score is at least this.
+        n_chars: the answer's length in characters.
+
+    Returns:
+        Maximal runs of flagged characters, in order, labelled ``"hallucination"``.
+    """
+    offsets, scores = np.asarray(offsets), np.asarray(scores)
+    if offsets.shape != (len(scores), 2):
+        raise ValueError(f"offsets must be [A, 2] for {len(scores)} scores, got {offsets.shape}")
+    pred = _flagged_chars(offsets, scores >= threshold, n_chars)
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], pred, [False]]).astype(np.int8)))
+    return tuple(Span(int(a), int(b), "hallucination") for a, b in edges.reshape(-1, 2))
+
+
+@dataclass(frozen=True)
+class TokenExample:
+    """One answer's per-token inputs and its annotated characters."""
+
+    features: np.ndarray
+    """``[A, F] float32``: `token_features`."""
+    offsets: np.ndarray
+    """``[A, 2] int``: token character offsets in the answer."""
+    gold: np.ndarray
+    """``[n_chars] bool``: annotated (hallucinated) characters of the answer."""
+    group: str = ""
+    """Bootstrap unit (the example's group)."""
+
+    @property
+    def labels(self) -> np.ndarray:
+        """``[A] int64``: 1 when the token overlaps an annotated character."""
+        return np.array([self.gold[a:b].any() if b > a else False for a, b in self.offsets], dtype=np.int64)
+
+
+def span_counts(
+    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float
+) -> np.ndarray:
+    """``[n, 3] float64``: overlapping, predicted and annotated characters of each answer."""
+    rows = []
+    for ex, s in zip(examples, scores, strict=True):
+        pred = _flagged_chars(ex.offsets, np.asarray(s) >= threshold, len(ex.gold))
+        rows.append((np.sum(pred & ex.gold), pred.sum(), ex.gold.sum()))
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def span_prf(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Character precision, recall and F1 from summed ``[..., 3]`` counts (0 where undefined)."""
+    ov, pr, go = counts[..., 0], counts[..., 1], counts[..., 2]
+    p = np.where(pr > 0, ov / np.maximum(pr, 1), 0.0)
+    r = np.where(go > 0, ov / np.maximum(go, 1), 0.0)
+    f = np.where(p + r > 0, 2 * p * r / np.maximum(p + r, 1e-12), 0.0)
+    return p, r, f
+
+
+def choose_span_threshold(examples: Sequence[TokenExample], scores: Sequence[np.ndarray]) -> float:
+    """The threshold with the highest micro span F1 among 60 quantiles (50% to 99.5%) of the scores.
+
+    Ties go to the higher threshold.
+    """
+    allv = np.concatenate([np.asarray(s) for s in scores])
+    best = (-1.0, float(allv.max()))
+    for thr in np.unique(np.quantile(allv, np.linspace(0.5, 0.995, 60))):
+        f = float(span_prf(span_counts(examples, scores, thr).sum(0))[2])
+        if f > best[0] + 1e-12 or (abs(f - best[0]) <= 1e-12 and thr > best[1]):
+            best = (f, float(thr))
+    return best[1]
+
+
+@dataclass(frozen=True)
+class TokenProbe:
+    """A fitted token probe: standardiser, logistic weights, ``C`` and the span threshold."""
+
+    mean: np.ndarray
+    """``[F]``: feature means on the training tokens (the features' dtype, float32)."""
+    scale: np.ndarray
+    """``[F]``: feature standard deviations (1 where constant)."""
+    coef: np.ndarray
+    """``[F] float64``: logistic weights on the standardised features."""
+    intercept: float
+    """Logistic intercept."""
+    C: float
+    """Chosen regularisation strength."""
+    threshold: float
+    """Score threshold chosen by validation span F1."""
+    val_auroc: float
+    """Validation token AUROC at ``C``."""
+
+    def decision_function(self, features: np.ndarray) -> np.ndarray:
+        """``[A]`` token logits (higher = more likely hallucinated), in the features' float dtype."""
+        z = (np.asarray(features) - self.mean) / self.scale
+        # in the features' dtype, as scikit-learn's decision_function: the same numbers to the last bit
+        coef, intercept = (
+            self.coef.astype(z.dtype).reshape(1, -1).T,
+            np.asarray(self.intercept, dtype=z.dtype),
+        )
+        return (z @ coef + intercept).ravel()
+
+    def predict_proba(self, features: np.ndarray) -> np.ndarray:
+        """``[A, 2]`` probabilities; column 1 = the token is hallucinated."""
+        from halluprobe.numeric import sigmoid
+
+        p = sigmoid(self.decision_function(features))
+        return np.stack([1.0 - p, p], 1)
+
+    def spans(self, features: np.ndarray, offsets: np.ndarray, n_chars: int) -> tuple[Span, ...]:
+        """Character spans of the tokens whose logit reaches `threshold`."""
+        return decode_spans(offsets, self.decision_function(features), self.threshold, n_chars)
+
+
+def _stack(examples: Sequence[TokenExample]) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([e.features for e in examples]), np.concatenate([e.labels for e in examples])
+
+
+def fit_token_probe(
+    train: Sequence[TokenExample], validation: Sequence[TokenExample], *, cs: Sequence[float] = TOKEN_CS,
+    max_train_tokens: int = MAX_TRAIN_TOKENS, seed: int = 42,
+) -> TokenProbe:  # fmt: skip
+    """Fit on training tokens, ``C`` by validation token AUROC, threshold by validation span F1.
+
+    Raises:
+        ValueError: when the training tokens lack a label.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    x, y = _stack(train)
+    if len(set(y.tolist())) < 2:
+        raise ValueError("the token probe needs hallucinated and supported training tokens (spans in train)")
+    if len(y) > max_train_tokens:
+        keep = np.random.default_rng(seed).choice(len(y), max_train_tokens, replace=False)
+        x, y = x[keep], y[keep]
+    mu, sd = x.mean(0), x.std(0)
+    sd = np.where(sd > 1e-8, sd, 1.0)
+    xv, yv = _stack(validation)
+
+    def fit(c: float):
+        lr = LogisticRegression(C=c, class_weight="balanced", max_iter=500).fit((x - mu) / sd, y)
+        a = roc_auc_score(yv, lr.decision_function((xv - mu) / sd)) if len(set(yv.tolist())) == 2 else 0.5
+        return a, lr
+
+    c, auc, lr = best_by_validation(list(cs), fit, tol=1e-12)
+    probe = TokenProbe(mu, sd, lr.coef_[0].astype(np.float64),
+                       float(lr.intercept_[0]), float(c), float("nan"), float(auc))  # fmt: skip
+    thr = choose_span_threshold(validation, [probe.decision_function(e.features) for e in validation])
+    return TokenProbe(probe.mean, probe.scale, probe.coef, probe.intercept, probe.C, thr, probe.val_auroc)
+
+
+@dataclass(frozen=True)
+class SpanResult:
+    """Token- and span-level metrics of one token scorer on a set of answers, with bootstrap intervals."""
+
+    token_auroc: float
+    """AUROC over every answer token (NaN with one class)."""
+    token_auroc_ci: tuple[float, float]
+    """95% group-bootstrap interval (sample-weighted AUROC of the resampled tokens)."""
+    span_precision: float
+    """Character precision, micro-averaged over answers."""
+    span_recall: float
+    """Character recall, micro-averaged over answers."""
+    span_f1: float
+    """Character span F1 from the micro precision and recall."""
+    span_f1_ci: tuple[float, float]
+    """95% group-bootstrap interval of the span F1."""
+    token_f1: float
+    """F1 of the token labels at ``threshold``."""
+    threshold: float
+    """Token score threshold (chosen on validation)."""
+    n_answers: int
+    """Answers scored."""
+    n_tokens: int
+    """Tokens scored."""
+    n_positive_tokens: int
+    """Tokens overlapping an annotated span."""
+    n_groups: int
+    """Bootstrap units."""
+
+
+def _token_f1(y: np.ndarray, pred: np.ndarray) -> float:
+    tp, fp, fn = np.sum(pred & (y == 1)), np.sum(pred & (y == 0)), np.sum(~pred & (y == 1))
+    return float(2 * tp / max(2 * tp + fp + fn, 1))
+
+
+def _ci(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return (float("nan"), float("nan"))
+    lo, hi = np.quantile(values, [0.025, 0.975])
+    return (float(lo), float(hi))
+
+
+def evaluate_spans(
+    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float, *,
+    n_bootstrap: int = 500, seed: int = 42,
+) -> SpanResult:  # fmt: skip
+    """Token AUROC and character span precision/recall/F1 at ``threshold``, with group-bootstrap intervals."""
+    from sklearn.metrics import roc_auc_score
+
+    groups = sorted({e.group for e in examples})
+    gi = np.array([groups.index(e.group) for e in examples])
+    counts = span_counts(examples, scores, threshold)
+    y = np.concatenate([e.labels for e in examples])
+    s = np.concatenate([np.asarray(v) for v in scores])
+    tok_item = np.concatenate([np.full(len(e.offsets), k) for k, e in enumerate(examples)])
+    rng = np.random.default_rng(seed)
+    aucs, f1s = [], []
+    for _ in range(n_bootstrap):
+        w_g = np.bincount(rng.integers(0, len(groups), len(groups)), minlength=len(groups))
+        w_item = w_g[gi].astype(np.float64)
+        f1s.append(float(span_prf(w_item @ counts)[2]))
+        w_tok = w_item[tok_item]
+        keep = w_tok > 0
+        if len(set(y[keep].tolist())) == 2:
+            aucs.append(roc_auc_score(y[keep], s[keep], sample_weight=w_tok[keep]))
+    p, r, f = span_prf(counts.sum(0))
+    return SpanResult(
+        token_auroc=float(roc_auc_score(y, s)) if len(set(y.tolist())) == 2 else float("nan"),
+        token_auroc_ci=_ci(aucs), span_precision=float(p), span_recall=float(r), span_f1=float(f),
+        span_f1_ci=_ci(f1s), token_f1=_token_f1(y, s >= threshold), threshold=float(threshold),
+        n_answers=len(examples), n_tokens=int(len(y)), n_positive_tokens=int(y.sum()), n_groups=len(groups),
+    )  # fmt: skip
+
+
+def token_examples(examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8) -> list[TokenExample]:
+    """Per-token features, character offsets and annotated characters of halubench-data examples.
+
+    Args:
+        examples: `halubench_data.Example`s (their ``spans`` mark the hallucinated characters).
+        ext: a `halluprobe.ProxyExtractor` (its eager recorded forward is used, batched by length).
+        batch_size: examples per forward.
+
+    Returns:
+        One `TokenExample` per example, in input order.
+    """
+    from halluprobe.extract import plan_batches
+
+    encoded = [ext.encode(ex) for ex in examples]
+    out: list[TokenExample | None] = [None] * len(examples)
+    for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
+        fs = ext.forward([encoded[i] for i in idx])
+        for b, i in enumerate(idx):
+            (ids, start), ex = encoded[i], examples[i]
+            feats = token_features(fs, b, int(fs.answer_len[b]))
+            offsets = token_offsets(ext.tokenizer, ex.answer, ids[start:])
+            out[i] = TokenExample(feats, offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group))
+    return [e for e in out if e is not None]
+
+
+def fit_and_evaluate(
+    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500
+) -> tuple[TokenProbe, SpanResult]:
+    """Fit a token probe on ``splits["train"]`` / ``["validation"]`` and score ``["test"]`` once."""
+    probe = fit_token_probe(splits["train"], splits["validation"])
+    test = splits["test"]
+    scores = [probe.decision_function(e.features) for e in test]
+    return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap)

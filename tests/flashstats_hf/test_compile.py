@@ -1,0 +1,30 @@
+"""torch.compile of a Transformers model that uses the "attnstats" attention: one graph, same logits."""
+
+import pytest
+import torch
+from flashstats_hf import record_forward
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_model_outside_recording_is_one_graph(helpers, kind):
+    ours, _ = helpers.tiny_models(kind)
+    ids, mask, _ = helpers.padded_batch([9, 7], [3, 2])
+
+    def forward(ids, mask):
+        return ours(input_ids=ids, attention_mask=mask, use_cache=False).logits
+
+    explain = torch._dynamo.explain(forward)(ids, mask)
+    assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
+    torch._dynamo.reset()
+    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(ids, mask), forward(ids, mask))
+
+
+def test_recording_still_scores_after_a_compiled_forward(helpers):
+    ours, _ = helpers.tiny_models("llama")
+    ids, mask, start = helpers.padded_batch([9, 7], [3, 2])
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, fullgraph=True, backend="aot_eager")
+    compiled(input_ids=ids, attention_mask=mask, use_cache=False)  # compiled while no recorder is open
+    stats = record_forward(ours, ids, response_start=start, attention_mask=mask, logits=False)
+    assert stats.rows is not None and stats.rows.entropy.shape[:2] == (2, 2)

@@ -1,0 +1,195 @@
+"""Detector.predict_batch, spans from a saved token probe, and ``halluprobe predict --input/--json/--spans``.
+
+A tiny random Llama with a character tokenizer stands in for the proxy (real ``record_forward``).
+"""
+
+import json
+
+import numpy as np
+import pytest
+from halluprobe.cli import main
+from halluprobe.detector import Detector
+from halluprobe.extract import ProxyExtractor
+from halluprobe.localisation import TokenExample, fit_token_probe, token_features, token_offsets
+from halluprobe.protocol import fit_blocks, make_blocks
+from halluprobe.records import reduce_forward
+
+TRIPLES = [
+    ("Ada lives in Lyon.", "Where?", "Ada lives in Rome."),
+    ("The sky is blue today and warm.", "Colour?", "Blue."),
+    ("Ben has two cats.", "", "Ben has two cats and a dog."),
+    ("Water boils at 100 C at sea level.", "When?", "At 90 C."),
+    ("Cleo wrote three novels.", "How many?", "Three."),
+]
+
+
+class CharTokenizer:
+    pad_token_id = 0
+
+    def decode(self, ids, clean_up_tokenization_spaces=False):
+        return "".join(chr(i) for i in ids)
+
+
+class CharExtractor(ProxyExtractor):
+    def encode(self, ex):
+        prompt = [1] + [ord(c) for c in f"{ex.context} {ex.question} "]
+        ids = prompt + [ord(c) for c in ex.answer]
+        self._lengths[ex.id] = len(ids)
+        return ids, len(prompt)
+
+
+@pytest.fixture(scope="module")
+def ext(char_llama):
+    return CharExtractor(char_llama, CharTokenizer())
+
+
+def _examples(ext, triples):
+    from types import SimpleNamespace
+
+    items = [
+        SimpleNamespace(id=f"e{i}", context=c, question=q, answer=a) for i, (c, q, a) in enumerate(triples)
+    ]
+    encoded = [ext.encode(it) for it in items]
+    fs = ext.forward(encoded)
+    return items, encoded, fs, reduce_forward(fs, [it.id for it in items])
+
+
+@pytest.fixture(scope="module")
+def detector(ext):
+    _, _, _, recs = _examples(ext, TRIPLES * 4)
+    y = np.arange(len(recs)) % 2
+    fit = fit_blocks(make_blocks("A7L9", heads=[0, 3], k=1), "A7L9", recs[:12], y[:12], recs[12:], y[12:])
+    return Detector(fit, None, None, ext.hidden_layers)
+
+
+def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    batch = detector.predict_batch(TRIPLES, batch_size=2)
+    assert len(batch) == len(TRIPLES)
+    for (c, q, a), got in zip(TRIPLES, batch, strict=True):
+        one = detector.predict(c, q, a)
+        assert got.probability == pytest.approx(one.probability, abs=1e-5)
+        np.testing.assert_allclose(got.token_scores, one.token_scores, atol=1e-5)
+        assert got.tokens == list(a) and got.label == int(got.probability >= got.threshold)
+        flagged = {i for i, s in enumerate(got.token_scores) if s >= got.threshold}
+        assert {i for sp in got.spans for i in range(sp.start, sp.end)} == flagged  # one char per token
+    with pytest.raises(ValueError, match="item 1: the answer is empty"):
+        detector.predict_batch([TRIPLES[0], ("c", "q", " ")])
+    with pytest.raises(ValueError, match="item 0: expected a"):
+        detector.predict_batch([("c", "a")])
+
+
+def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch):
+    items, encoded, fs, recs = _examples(ext, TRIPLES * 2)
+    rng = np.random.default_rng(0)
+    examples = []
+    for b, (it, (ids, start)) in enumerate(zip(items, encoded, strict=True)):
+        gold = rng.random(len(it.answer)) < 0.4
+        feats = token_features(fs, b, recs[b].answer_len)
+        examples.append(
+            TokenExample(feats, token_offsets(ext.tokenizer, it.answer, ids[start:]), gold, it.id)
+        )
+    probe = fit_token_probe(examples[:6], examples[6:])
+    Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    loaded = Detector.load(tmp_path / "d")
+    for field in ("mean", "scale", "coef"):
+        np.testing.assert_array_equal(getattr(loaded.token_probe, field), getattr(probe, field))
+    assert (loaded.token_probe.threshold, loaded.token_probe.C) == (probe.threshold, probe.C)
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    (pred,) = loaded.predict_batch([TRIPLES[0]])
+    _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
+    want = probe.spans(
+        token_features(fs1, 0, rec.answer_len),
+        token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]),
+        len(TRIPLES[0][2]),
+    )
+    assert pred.spans == want
+    assert Detector.load(tmp_path / "d").token_probe is not None
+    detector.save(tmp_path / "plain")
+    assert Detector.load(tmp_path / "plain").token_probe is None
+
+
+def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    rows = [{"id": f"a{i}", "context": c, "question": q, "answer": a} for i, (c, q, a) in enumerate(TRIPLES)]
+    rows[1].pop("question")
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "d"),
+                "--input",
+                str(src),
+                "--json",
+                "--device",
+                "cpu",
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    docs = [json.loads(line) for line in lines]
+    assert [d["id"] for d in docs] == [r["id"] for r in rows]
+    sent = [(c, "" if i == 1 else q, a) for i, (c, q, a) in enumerate(TRIPLES)]  # row 1 has no question
+    want = detector.predict_batch(sent)
+    for d, w, (_, _, a) in zip(docs, want, sent, strict=True):
+        assert d["probability"] == pytest.approx(w.probability, abs=1e-5) and d["label"] in (0, 1)
+        assert all(a[s["start"] : s["end"]] == s["text"] for s in d["spans"])
+    argv = [
+        "predict",
+        str(tmp_path / "d"),
+        "--context",
+        "Ada lives in Lyon.",
+        "--answer",
+        "Ada lives in Rome.",
+    ]
+    assert main([*argv, "--spans", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "p(hallucinated)" in out and "spans: " in out
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ('{"context": "c"}\n', "answers.jsonl:1: field 'answer' must be a string"),
+        ('{"context": "c", "answer": "a"}\n[1]\n', "answers.jsonl:2: expected a JSON object"),
+        ("{oops\n", "answers.jsonl:1: malformed JSON"),
+        ("\n", "no answers to score"),
+    ],
+)
+def test_cli_predict_input_errors_name_the_line(tmp_path, capsys, content, match):
+    src = tmp_path / "answers.jsonl"
+    src.write_text(content)
+    assert main(["predict", str(tmp_path), "--input", str(src), "--device", "cpu"]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_cli_predict_needs_one_input_form(tmp_path, capsys):
+    assert main(["predict", str(tmp_path), "--context", "c", "--device", "cpu"]) == 2
+    assert "either --context and --answer, or --input" in capsys.readouterr().err
+
+
+def test_token_examples_align_features_offsets_and_gold(ext):
+    from types import SimpleNamespace
+
+    from halluprobe.localisation import token_examples
+    from halubench_data import Span
+
+    items = [
+        SimpleNamespace(id=f"t{i}", context=c, question=q, answer=a, group=f"g{i}", spans=(Span(0, 3),))
+        for i, (c, q, a) in enumerate(TRIPLES)
+    ]
+    got = token_examples(items, ext, batch_size=2)
+    _, encoded, fs, recs = _examples(ext, TRIPLES)
+    for b, (ex, it) in enumerate(zip(got, items, strict=True)):
+        assert ex.features.shape == (
+            len(it.answer),
+            recs[b].head_stats.shape[0] * 8 + fs.logit_stats.shape[-1],
+        )
+        np.testing.assert_allclose(ex.features, token_features(fs, b, recs[b].answer_len), atol=1e-5)
+        assert ex.labels.tolist() == [1, 1, 1] + [0] * (len(it.answer) - 3) and ex.group == f"g{b}"
