@@ -14,7 +14,9 @@ import zlib
 
 import pytest
 import torch
-from flashstats_kernels.ops.columns.fused import columns_triton
+import triton
+import triton.language as tl
+from flashstats_kernels.ops.columns.fused import _exp2_fma, columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
 from flashstats_kernels.ops.forward.fused import forward_triton
 from flashstats_kernels.ops.forward.naive import naive_forward, naive_visibility
@@ -71,6 +73,17 @@ CASES = [
     Case(2, 2, 1, 20, 30, 64, pad="empty"),
     Case(2, 4, 2, 50, 111, 64, dtype=torch.bfloat16, pad="middle", prompt="batch"),
     Case(1, 2, 2, 33, 63, 80, dtype=torch.float16, pad="left", softcap=20.0, layout="bthd"),
+]
+
+# Soft-cap x window x head dim without a key mask: the tile-range split of the forward (window edge tiles
+# masked, interior tiles unmasked, diagonal tiles masked), with R = L (prompt rows and unscored layers
+# run this Base kernel over every row) and R < L; windows wider and narrower than a row tile plus a key tile.
+VARIANT_CASES = [
+    Case(1, 2, 1, 400, 400, 64, softcap=50.0, window=150),
+    Case(1, 4, 2, 200, 400, 80, window=150, prompt="batch"),
+    Case(1, 2, 1, 160, 330, 256, softcap=50.0, window=100),
+    Case(1, 2, 2, 300, 300, 96, window=40, layout="bthd"),
+    Case(1, 2, 1, 230, 230, 128, softcap=30.0),
 ]
 
 
@@ -191,12 +204,27 @@ def test_kernels_match_fp64_reference(case, poisoned):
     run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
 
 
+@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: c.id)
+def test_softcap_window_variants_match_fp64_reference(case, poisoned):
+    run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
+
+
 def test_second_seed_gqa_window_softcap(poisoned):
     run_and_check(Case(2, 4, 2, 45, 111, 80, pad="middle", softcap=10.0, window=30, prompt="batch"), seed=7)
 
 
-def test_base_forward_equals_row_stats_forward(poisoned):
-    x = make_inputs(Case(2, 4, 2, 40, 111, 64, pad="middle", window=50), seed=3)
+BASE_CASES = [
+    Case(2, 4, 2, 40, 111, 64, pad="middle", window=50),
+    # R = L without a key mask: the call that prompt rows and unscored layers make
+    Case(1, 2, 1, 330, 330, 64, softcap=50.0),
+    Case(1, 2, 1, 330, 330, 64, softcap=50.0, window=150),
+]
+
+
+@pytest.mark.parametrize("case", BASE_CASES, ids=lambda c: c.id)
+def test_base_forward_equals_row_stats_forward(case, poisoned):
+    """The Base variant gives T1's output and LSE bitwise."""
+    x = make_inputs(case, seed=3)
     common = {n: x[n] for n in ("key_mask", "prompt_len", "scale", "softcap", "window")}
     out, lse, rows = forward_triton(x["q"], x["k"], x["v"], **common, rows=False)
     out_t1, lse_t1, _ = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
@@ -253,6 +281,12 @@ GPU_CASES = [
     Case(1, 2, 2, 4096, 4096, 128, torch.float16, pad="left", layout="bthd"),
     Case(1, 4, 1, 2048, 8192, 256, torch.bfloat16, softcap=50.0, prompt="batch"),
     Case(1, 2, 1, 1024, 32768, 128, torch.bfloat16, pad="middle"),
+] + [  # soft-cap x window x head dim, no key mask (the split tile ranges), R = L and R < L
+    Case(1, 4, 2, 3000, 3000, d, torch.bfloat16, softcap=50.0, window=1024) for d in (64, 96, 256)
+] + [
+    Case(1, 4, 1, 1500, 6000, d, torch.bfloat16, window=2048, prompt="batch") for d in (80, 128)
+] + [
+    Case(1, 4, 2, 2000, 5000, d, torch.bfloat16, softcap=30.0) for d in (64, 256)
 ]  # fmt: skip
 
 
@@ -261,3 +295,31 @@ GPU_CASES = [
 def test_kernels_match_fp64_reference_on_gpu(case, poisoned, record_testsuite_property):
     errors = run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
     record_testsuite_property(case.id, ";".join(f"{k}={v:.3g}" for k, v in errors.items()))
+
+
+@pytest.mark.parametrize("case", [VARIANT_CASES[1], CASES[5]], ids=lambda c: c.id)
+def test_t3_with_half_the_exponentials_on_fma_matches_fp64(case, poisoned, monkeypatch):
+    """The T3 variant that takes half of its exponentials from a polynomial (FlashAttention-4's split)."""
+    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", "1")
+    run_and_check(case, seed=11)
+
+
+@triton.jit
+def _exp2_fma_kernel(X, Y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(Y + o, _exp2_fma(tl.load(X + o)))
+
+
+def test_exp2_on_fma_pipes_is_as_accurate_as_the_hardware_exponential():
+    """Relative error < 5e-7 (4 ulp) down to 2^-126; 0 below it and at -inf (as the flush-to-zero ex2)."""
+    gen = torch.Generator().manual_seed(0)
+    x = -torch.rand(4092, generator=gen, dtype=torch.float64) * 130
+    x = torch.cat([x, torch.tensor([0.0, -126.0, -1e-7, -float("inf")], dtype=torch.float64)]).float()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    y = torch.empty(4096, dtype=torch.float32, device=device)
+    _exp2_fma_kernel[(1,)](x.to(device), y, N=4096)
+    y = y.cpu().double()
+    want = torch.exp2(x.double())
+    ok = want >= 2.0**-126
+    assert ((y - want) / want)[ok].abs().max().item() < 5e-7  # 4 ulp of fp32
+    assert torch.all(y[~ok] == 0)

@@ -26,7 +26,7 @@ from flashstats_kernels import (
 from flashstats_kernels.api import resolve_backend
 from transformers import masking_utils
 
-from flashstats_hf._sdpa import plain_attention, visibility
+from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 
 @contextlib.contextmanager
@@ -155,7 +155,12 @@ def packed_attention(
     bounds = packing.cu_docs.tolist()
     ends = (packing.cu_docs[:-1] + packing.prompt_len).tolist() if prompt_only else bounds[1:]
     for s, e in zip(bounds[:-1], ends, strict=True):
-        if e > s:
+        if e > s and kernel_can_run(query, key, softcap, window, 0.0):  # chunked, no L x L scores
+            out[s:e] = base_attention(
+                query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, scale=scale, softcap=softcap,
+                window=window, backend=backend,
+            )[0].transpose(0, 1)  # fmt: skip
+        elif e > s:
             mask = (
                 None
                 if window is None

@@ -23,7 +23,7 @@ from flashstats_kernels import (
 )
 
 from flashstats_hf._packing import Packing, packed_attention, packed_response, unpack_result
-from flashstats_hf._sdpa import plain_attention, visibility
+from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
 _OPEN = [0]
@@ -163,21 +163,25 @@ class Recorder:
         softcap: float | None,
         window: int | None,
     ) -> torch.Tensor:
-        """Split attention: prompt rows on SDPA, response rows on the kernel; ``[B, Hq, L, D]``."""
+        """Split attention: prompt rows on the plain path, response rows on the kernel; ``[B, Hq, L, D]``.
+
+        The plain path is SDPA, or the Base kernel for soft-capped and windowed layers.
+        """
         plan = self.plan
         if plan.packing is not None:
             return self._score_packed(
                 layer_idx, query, key, value, scale=scale, softcap=softcap, window=window
             )
         n_prompt = plan.length - plan.rows
-        out_prompt = plain_attention(
-            query[:, :, :n_prompt],
-            key[:, :, :n_prompt],
-            value[:, :, :n_prompt],
-            self._mask("prompt", window),
-            scale=scale,
-            softcap=softcap,
-        )
+        qp, kp, vp = query[:, :, :n_prompt], key[:, :, :n_prompt], value[:, :, :n_prompt]
+        if kernel_can_run(qp, kp, softcap, window, 0.0):
+            keep = None if plan.key_mask is None else plan.key_mask[:, :n_prompt]
+            out_prompt = base_attention(
+                qp, kp, vp, keep, scale=scale, softcap=softcap, window=window, backend=plan.backend
+            )
+        else:
+            mask = self._mask("prompt", window)
+            out_prompt = plain_attention(qp, kp, vp, mask, scale=scale, softcap=softcap)
         result = response_attention(
             query[:, :, n_prompt:],
             key,

@@ -1,9 +1,67 @@
-"""Plain (unscored) causal attention on PyTorch SDPA, and the visibility masks it uses."""
+"""Plain (unscored) causal attention, and the visibility masks it uses.
+
+PyTorch SDPA for plain layers; the flashstats Base kernel for soft-capped and sliding-window layers
+(no score matrix, no dense mask).
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from flashstats_kernels import StatsRequest, response_attention
+
+_BASE = StatsRequest(rows=False)
+_KERNEL_MAX_HEAD_DIM = 256
+
+
+def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, dropout: float) -> bool:
+    """Whether a soft-capped or windowed layer runs on `base_attention` (no materialised scores).
+
+    Layers without either run on SDPA, which is faster there. Training-mode calls (dropout, or inputs
+    that need gradients: the Triton kernels have no backward) and head dims above 256 keep the dense path.
+    """
+    if softcap is None and window is None:
+        return False
+    if dropout > 0.0 or query.shape[-1] > _KERNEL_MAX_HEAD_DIM:
+        return False
+    return not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
+
+
+def base_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    keep: torch.Tensor | None,
+    *,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Causal attention of the last ``Lq`` positions on the flashstats Base kernel (no statistics).
+
+    Soft-cap and window are compile-time variants of the Triton kernel (key tiles outside every row's
+    window are never loaded); on CPU the chunked PyTorch backend bounds memory linearly in ``L``. A row
+    whose own token is padding sees no key and gets a zero output (never read by real tokens).
+
+    Args:
+        query: [B, Hq, Lq, D]. Queries of the last ``Lq`` positions.
+        key: [B, Hkv, L, D]. Keys.
+        value: [B, Hkv, L, D]. Values.
+        keep: [B, L] bool or None. True on real keys.
+        scale: score scale.
+        softcap: soft-capping constant or None.
+        window: sliding window or None.
+        backend: kernel backend (``"auto"``: Triton on CUDA, PyTorch on CPU).
+
+    Returns:
+        ``[B, Hq, Lq, D]`` in the dtype of ``query``.
+    """
+    result = response_attention(
+        query, key, value, request=_BASE, key_mask=keep, scale=scale, softcap=softcap, window=window,
+        backend=backend,
+    )  # fmt: skip
+    return result.out
 
 
 def visibility(

@@ -6,9 +6,11 @@ hands padding over as a ``[B, L]`` keep mask (plain causal or sliding-window cau
 falls back to a dense 4-D boolean mask for any other pattern (bidirectional, chunked, packed or
 user-extended masks, cached decoding); layers that receive a dense mask are never scored.
 
-Outside [`flashstats_hf.record_forward`][] the attention is plain causal attention (PyTorch SDPA,
-or an fp32 matmul path for soft-capped scores). Inside it, the scored layers split their rows:
-prompt rows on SDPA, response rows on [`flashstats_kernels.response_attention`][].
+Outside [`flashstats_hf.record_forward`][] the attention is plain causal attention: PyTorch SDPA,
+or, for soft-capped and sliding-window layers, the flashstats Base kernel (Triton on CUDA, chunked
+PyTorch on CPU; no score matrix or dense mask is ever built). Inside it, the scored layers split their
+rows: prompt rows on that same plain path, response rows on
+[`flashstats_kernels.response_attention`][].
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
 
 from flashstats_hf._recorder import active_recorder
-from flashstats_hf._sdpa import plain_attention, visibility
+from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 ATTN_IMPLEMENTATION = "attnstats"
 """Name under which the attention function and its mask function are registered.
@@ -190,6 +192,12 @@ def flashstats_attention_forward(
             module, query, key, value, attention_mask, dropout, scale, softcap, causal, window, kwargs
         )
         return out, None
+    if kernel_can_run(query, key, softcap, window, dropout):
+        backend = "auto" if recorder is None else recorder.plan.backend
+        out = base_attention(
+            query, key, value, attention_mask, scale=scale, softcap=softcap, window=window, backend=backend
+        )
+        return out.transpose(1, 2).contiguous(), None
     mask = _full_mask(query, key, attention_mask, window, recorder)
     out = plain_attention(query, key, value, mask, scale=scale, softcap=softcap, dropout=dropout)
     return out.transpose(1, 2).contiguous(), None

@@ -45,6 +45,17 @@ def visible_at(
     return vis
 
 
+def key_span(r0: int, r1: int, rows: int, keys: int, window: int | None) -> tuple[int, int]:
+    """Keys ``k0 <= j < k1`` that any response row ``r0 <= i < r1`` can see (causal, window).
+
+    Row ``i`` sits at ``p_i = L - R + i`` and sees keys ``p_i - w < j <= p_i``: keys after the last row
+    and before the first row's window are never needed.
+    """
+    last = keys - rows + r1 - 1
+    k0 = 0 if window is None else max(0, keys - rows + r0 - window + 1)
+    return k0, last + 1
+
+
 def tile_visibility(
     r0: int, r1: int, rows: int, keys: int, *, key_mask: torch.Tensor | None, window: int | None, device
 ) -> torch.Tensor:

@@ -10,6 +10,7 @@ position is at or after ``prompt_len[b]``, its own token is real, and it sees at
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -34,15 +35,37 @@ from flashstats_kernels.types import ColumnStats
 
 
 @triton.jit
+def _exp2_fma(x):
+    """``2^x`` for ``x <= 0`` on the FMA pipes instead of the special-function unit (as FlashAttention-4).
+
+    ``x = n + f`` with ``n = floor(x)``; a degree-5 polynomial gives ``2^f`` on ``[0, 1)`` (fit to 1.7e-7
+    relative, within 4 ulp of fp32 after rounding), and ``n`` is added to the exponent bits. Below ``-126``
+    (weights under 1.2e-38, and ``-inf``) the result is 0, as the flush-to-zero hardware exponential gives.
+    """
+    x = tl.maximum(x, -127.0)
+    n = tl.floor(x)
+    f = x - n
+    p = 0.0018753765720574177 * f + 0.008987259186205465
+    p = p * f + 0.05583596542890105
+    p = p * f + 0.24014649504445698
+    p = p * f + 0.693154737975131
+    p = p * f + 0.9999998342756796
+    bits = p.to(tl.int32, bitcast=True) + (n.to(tl.int32) << 23)
+    return tl.where(x >= -126.0, bits.to(tl.float32, bitcast=True), 0.0)
+
+
+@triton.jit
 def _col_tile(
     start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
     b_sum, b_cnt,
     MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
+    EXP_FMA: tl.constexpr,
 ):  # fmt: skip
     """Add the weights of one response query tile to the column accumulators of the key tile.
 
     Interior tiles (``MASKED`` off) hold only counted rows that see every key of the key tile.
+    ``EXP_FMA`` takes the exponentials on the FMA pipes (`_exp2_fma`) instead of the MUFU.
     """
     o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
     m_m = o_m < R
@@ -68,7 +91,39 @@ def _col_tile(
         b_u = tl.where(vis, b_u, float("-inf"))
         if COUNT:
             b_cnt += tl.sum(vis.to(tl.int32), 1)
-    return b_sum + tl.sum(tl.exp2(b_u), 1), b_cnt
+    if EXP_FMA:
+        b_p = _exp2_fma(b_u)
+    else:
+        b_p = tl.exp2(b_u)
+    return b_sum + tl.sum(b_p, 1), b_cnt
+
+
+@triton.jit
+def _col_step(
+    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
+    b_sum, b_cnt,
+    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
+    SPLIT_EXP: tl.constexpr,
+):  # fmt: skip
+    """One query tile; with ``SPLIT_EXP`` as two half tiles, the first on the MUFU, the second on FMAs."""
+    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
+    a = (b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window)
+    if SPLIT_EXP:
+        b_sum, b_cnt = _col_tile(
+            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
+            BLOCK_M // 2, False,
+        )  # fmt: skip
+        b_sum, b_cnt = _col_tile(
+            start_m + BLOCK_M // 2, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP,
+            HAS_WINDOW, MMA, BLOCK_M // 2, True,
+        )  # fmt: skip
+    else:
+        b_sum, b_cnt = _col_tile(
+            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
+            False,
+        )  # fmt: skip
+    return b_sum, b_cnt
 
 
 @triton.jit
@@ -77,24 +132,24 @@ def _col_range(
     b_sum, b_cnt,
     MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, SPLIT_EXP: tl.constexpr,
 ):  # fmt: skip
-    """Run `_col_tile` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
+    """Run `_col_step` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_m = lo
         while start_m < hi:
-            b_sum, b_cnt = _col_tile(
+            b_sum, b_cnt = _col_step(
                 start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
                 softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-                BLOCK_M,
+                BLOCK_M, SPLIT_EXP,
             )  # fmt: skip
             start_m += BLOCK_M
     else:
         for start_m in range(lo, hi, BLOCK_M):
-            b_sum, b_cnt = _col_tile(
+            b_sum, b_cnt = _col_step(
                 start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
                 softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-                BLOCK_M,
+                BLOCK_M, SPLIT_EXP,
             )  # fmt: skip
     return b_sum, b_cnt
 
@@ -106,6 +161,7 @@ def _columns_kernel(
     Hq, R, L, scale, softcap, window, size_class,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, VARLEN: tl.constexpr,
+    SPLIT_EXP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
@@ -151,6 +207,7 @@ def _columns_kernel(
         b_sum, b_cnt = _col_range(
             lo, hi, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap,
             window, b_sum, b_cnt, True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+            SPLIT_EXP,
         )  # fmt: skip
         b_cnt = b_cnt.to(tl.float32)
     else:  # row tiles at and after `mid` see the whole key tile and all count; full ones need no mask
@@ -160,15 +217,18 @@ def _columns_kernel(
         full = tl.maximum(R // BLOCK_M * BLOCK_M, mid)
         b_sum, b_cnt = _col_range(
             lo, mid, *a, b_sum, b_cnt,
-            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+            SPLIT_EXP,
         )  # fmt: skip
         b_sum, b_cnt = _col_range(
             mid, full, *a, b_sum, b_cnt,
-            False, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+            False, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+            SPLIT_EXP,
         )  # fmt: skip
         b_sum, b_cnt = _col_range(
             full, R, *a, b_sum, b_cnt,
-            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M
+            True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+            SPLIT_EXP,
         )  # fmt: skip
         # rows i that count and see key j: L - max(j, prompt_len, L - R) of them (every row sees a key)
         b_cnt = tl.maximum(L - tl.maximum(tl.maximum(o_n, plen), L - R), 0)
@@ -189,9 +249,16 @@ _COLUMN_TABLES = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head-dim cla
 @functools.cache
 def _tuned_columns(dc: int):
     """The key-major kernel autotuned over the candidates of one head-dim class (built on first use)."""
-    return triton.autotune(_configs(_COLUMN_TABLES[dc], ("BLOCK_M", "BLOCK_N")), key=_TUNE_KEY)(
-        _columns_kernel
-    )
+    configs = _configs(_COLUMN_TABLES[dc], ("BLOCK_M", "BLOCK_N"))
+    return triton.autotune(configs, key=[*_TUNE_KEY, "SPLIT_EXP"])(_columns_kernel)
+
+
+def split_exp() -> bool:
+    """Whether ``FLASHSTATS_T3_SPLIT_EXP=1`` asks for half of T3's exponentials on the FMA pipes.
+
+    Read at call time: a benchmark switch while the variant is measured.
+    """
+    return os.environ.get("FLASHSTATS_T3_SPLIT_EXP") == "1"
 
 
 def columns_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
@@ -252,7 +319,8 @@ def columns_triton(
             *q.stride(), *k.stride(), g.mask_stride,
             g.Hq, g.R, g.L, float(scale), g.softcap, g.window, size_class(g.B * g.Hq * g.L),
             D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, BLOCK_D=g.block_d, **(cfg or {}),
+            MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, SPLIT_EXP=split_exp(),
+            BLOCK_D=g.block_d, **(cfg or {}),
         )  # fmt: skip
     return ColumnStats(sum=col_sum, mean=col_mean)
 

@@ -231,7 +231,7 @@ def _columns_kernel(
             0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + i_bh * R, tl.load(PromptLen + i_b),
             R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
             tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
-            True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
+            True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
         )  # fmt: skip
         p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
         tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)

@@ -1,7 +1,8 @@
 """Pure-PyTorch response-stage forward over query tiles: output, LSE and T1 row statistics.
 
-Each tile of ``C`` response rows sees all ``L`` keys at once, so memory is ``O(B * Hq * C * L)`` with
-``C`` chosen to bound it (linear in ``L``), never the whole ``R x L`` block. Grouped-query attention
+Each tile of ``C`` response rows sees the keys from the first row's window start to the last row at once,
+so memory is ``O(B * Hq * C * L)`` with ``C`` chosen to bound it (linear in ``L``), never the whole
+``R x L`` block, and a sliding window ``w`` makes the work ``O(R * (C + w))``. Grouped-query attention
 reshapes the queries to ``[B, Hkv, G, R, D]`` and broadcasts K and V (no repeat). Accumulation is in
 float32 (float64 for float64 inputs). This is the CPU path and the fallback of the Triton kernels.
 """
@@ -13,6 +14,7 @@ import torch
 from flashstats_kernels.ops._tiles import (
     accumulate_dtype,
     group_queries,
+    key_span,
     tile_rows,
     tile_scores,
     tile_visibility,
@@ -104,11 +106,11 @@ def forward_torch(
     step = tile_rows(b, hq, r, seq, tile)
     for r0 in range(0, r, step):
         r1 = min(r, r0 + step)
-        s = tile_scores(qg[:, :, :, r0:r1], kt, scale=scale, softcap=softcap)
-        vis = tile_visibility(r0, r1, r, seq, key_mask=key_mask, window=window, device=q.device)
-        for acc_list, t in zip(
-            results, _tile_forward(s, vis[:, None, None], vt, is_prompt, rows), strict=True
-        ):
+        k0, k1 = key_span(r0, r1, r, seq, window)  # keys after the tile's last row or before its first
+        s = tile_scores(qg[:, :, :, r0:r1], kt[..., k0:k1], scale=scale, softcap=softcap)
+        vis = tile_visibility(r0, r1, r, seq, key_mask=key_mask, window=window, device=q.device)[..., k0:k1]
+        parts = _tile_forward(s, vis[:, None, None], vt[..., k0:k1, :], is_prompt[..., k0:k1], rows)
+        for acc_list, t in zip(results, parts, strict=True):
             acc_list.append(t)
     merged = [torch.cat(parts, dim=3).flatten(1, 2) for parts in results]  # [B, Hq, R, ...]
     out = merged[0].to(q.dtype)

@@ -161,6 +161,44 @@ def _fwd_range(
 
 
 @triton.jit
+def _fwd_inner(
+    lo, hi, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
+    EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Unmasked key tiles ``lo <= j < hi``: every key visible to every row of the tile.
+
+    With the row statistics on, the range is split at the prompt boundary so that only one tile tests
+    ``j < prompt_len``.
+    """
+    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
+    a = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
+    st = (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n)
+    if ROWS:
+        pa = tl.minimum(tl.maximum(plen // BLOCK_N * BLOCK_N, lo), hi)  # keys below pa are prompt keys
+        pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
+        st = _fwd_range(
+            lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+        st = _fwd_range(
+            pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+        st = _fwd_range(
+            pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+    else:
+        st = _fwd_range(
+            lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N,
+        )  # fmt: skip
+    return st
+
+
+@triton.jit
 def _packed_sequence(Seq, i_b):
     """``(q0, R_b, k0, L_b)`` of packed sequence ``i_b``: rows ``[q0, q0 + R_b)``, keys ``[k0, k0 + L_b)``.
 
@@ -219,118 +257,31 @@ def _fwd_kernel(
 
     first = L - R + i_m * BLOCK_M  # position of the tile's first row
     hi = tl.minimum(first + BLOCK_M, L)  # one past the last visible key of the tile
-    if HAS_MASK or HAS_WINDOW:  # every tile tests visibility
-        lo = 0
-        if HAS_WINDOW:
-            lo = tl.maximum(first - window + 1, 0) // BLOCK_N * BLOCK_N
+    lo = 0
+    if HAS_WINDOW:  # key tiles wholly before every row's window are never loaded: O(L * w) work
+        lo = tl.maximum(first - window + 1, 0) // BLOCK_N * BLOCK_N
+    if HAS_MASK:  # every tile tests visibility
         st = _fwd_range(
-            lo,
-            hi,
-            *args,
-            *st,
-            True,
-            2,
-            HAS_MASK,
-            EVEN_D,
-            HAS_MASK,
-            HAS_SOFTCAP,
-            HAS_WINDOW,
-            ROWS,
-            MMA,
-            WHILE,
+            lo, hi, *args, *st, True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
             BLOCK_N,
+        )  # fmt: skip
+    else:  # only the window's lower edge and the diagonal tiles need a mask; interior tiles run unmasked
+        mid = (first + 1) // BLOCK_N * BLOCK_N  # key tiles below it are at or before every row
+        inner = lo
+        if HAS_WINDOW:  # first key tile inside the window of every row of the tile
+            edge = tl.maximum(first + BLOCK_M - window, 0)
+            inner = tl.minimum(tl.maximum((edge + BLOCK_N - 1) // BLOCK_N * BLOCK_N, lo), mid)
+            st = _fwd_range(
+                lo, inner, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
+                WHILE, BLOCK_N,
+            )  # fmt: skip
+        st = _fwd_inner(
+            inner, mid, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N
         )
-    else:  # key tiles below the tile's first row need no mask; the diagonal ones do
-        mid = (first + 1) // BLOCK_N * BLOCK_N
-        if ROWS:  # split at the prompt boundary so that only one tile tests j < prompt_len
-            pa = tl.minimum(plen // BLOCK_N * BLOCK_N, mid)
-            pb = tl.minimum(pa + BLOCK_N, mid)
-            st = _fwd_range(
-                0,
-                pa,
-                *args,
-                *st,
-                False,
-                1,
-                False,
-                EVEN_D,
-                HAS_MASK,
-                HAS_SOFTCAP,
-                HAS_WINDOW,
-                ROWS,
-                MMA,
-                WHILE,
-                BLOCK_N,
-            )
-            st = _fwd_range(
-                pa,
-                pb,
-                *args,
-                *st,
-                False,
-                2,
-                False,
-                EVEN_D,
-                HAS_MASK,
-                HAS_SOFTCAP,
-                HAS_WINDOW,
-                ROWS,
-                MMA,
-                WHILE,
-                BLOCK_N,
-            )
-            st = _fwd_range(
-                pb,
-                mid,
-                *args,
-                *st,
-                False,
-                0,
-                False,
-                EVEN_D,
-                HAS_MASK,
-                HAS_SOFTCAP,
-                HAS_WINDOW,
-                ROWS,
-                MMA,
-                WHILE,
-                BLOCK_N,
-            )
-        else:
-            st = _fwd_range(
-                0,
-                mid,
-                *args,
-                *st,
-                False,
-                0,
-                False,
-                EVEN_D,
-                HAS_MASK,
-                HAS_SOFTCAP,
-                HAS_WINDOW,
-                ROWS,
-                MMA,
-                WHILE,
-                BLOCK_N,
-            )
         st = _fwd_range(
-            mid,
-            hi,
-            *args,
-            *st,
-            True,
-            2,
-            False,
-            EVEN_D,
-            HAS_MASK,
-            HAS_SOFTCAP,
-            HAS_WINDOW,
-            ROWS,
-            MMA,
-            WHILE,
+            mid, hi, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
             BLOCK_N,
-        )
+        )  # fmt: skip
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
 
     has = b_l > 0.0  # the row sees at least one key

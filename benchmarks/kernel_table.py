@@ -1,0 +1,157 @@
+"""Kernel table of issue 13: every tier against Base and SDPA-FA2 across head dims, and the T3 variants.
+
+Grid: d in {64, 80, 96, 128, 256}, L in {16K, 32K}, r = R / L in {0.1, 0.3, 0.5}; 32 query / 8 KV heads
+(GQA) and, at d = 96, 32 / 32 (MHA); bf16, batch 1. Providers: Base, <=T1, <=T2, <=T3 (``t3``), <=T3
+with half of T3's exponentials on the FMA pipes (``t3_split``, ``FLASHSTATS_T3_SPLIT_EXP=1``), and
+SDPA-FA2 on the same response block. Points run in priority order (r = 0.3 at 16K for every d first)
+until ``--budget`` is spent. Writes ``kernel_table.csv`` (long format) and ``kernel_table.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from _attn_providers import make_inputs, ours, sdpa_provider
+from _perf import Deadline, LongCsv, bench_ms, markdown_table, parse_args
+
+PROVIDERS = ("base", "t1", "t2", "t3", "t3_split", "fa2_block")
+DIMS = (64, 80, 96, 128, 256)
+POINTS = (
+    [(16384, 0.3, d, 8) for d in DIMS]
+    + [(16384, 0.3, 96, 32)]
+    + [(32768, 0.3, d, 8) for d in DIMS]
+    + [(n, r, d, 8) for n in (16384, 32768) for r in (0.1, 0.5) for d in DIMS]
+)
+
+
+def _split(fn):
+    """``fn`` with the T3 exponentials split between the MUFU and the FMA pipes (env read at call time)."""
+
+    def run():
+        os.environ["FLASHSTATS_T3_SPLIT_EXP"] = "1"
+        try:
+            return fn()
+        finally:
+            os.environ.pop("FLASHSTATS_T3_SPLIT_EXP", None)
+
+    return run
+
+
+def measure(csv: LongCsv, length: int, ratio: float, d: int, kv_heads: int) -> None:
+    rows = max(1, round(ratio * length))
+    q, k, v = make_inputs(length, rows, d, q_heads=32, kv_heads=kv_heads)
+    times = {}
+    for name in PROVIDERS:
+        try:
+            if name == "fa2_block":
+                fn = sdpa_provider(name, q, k, v, rows)
+            else:
+                fn = ours("t3", q, k, v, rows) if name == "t3_split" else ours(name, q, k, v, rows)
+                fn = _split(fn) if name == "t3_split" else fn
+            times[name] = bench_ms(fn)
+        except RuntimeError as err:  # a backend that refuses the shape
+            print(f"  {name} L={length} d={d}: {str(err).splitlines()[0][:120]}")
+            times[name] = math.nan
+    for name, ms in times.items():
+        csv.add(L=length, r=ratio, R=rows, d=d, kv_heads=kv_heads, provider=name, ms=f"{ms:.4f}",
+                vs_base=f"{ms / times['base']:.3f}")  # fmt: skip
+    print(f"L={length} r={ratio} d={d} Hkv={kv_heads} " + " ".join(f"{n}={t:.3f}" for n, t in times.items()),
+          flush=True)  # fmt: skip
+    del q, k, v
+    torch.cuda.empty_cache()
+
+
+# issue 13's kernel targets: (<=T1 / Base, <=T2 / Base, <=T3 / Base) bounds per d
+T1_MAX = {128: 1.05}
+T2_MAX = {128: 1.07}
+T3_MAX = {64: 1.6, 128: 1.45}
+
+
+def write_markdown(csv, path) -> None:
+    by: dict = {}
+    for r in csv.rows:
+        by.setdefault((int(r["d"]), int(r["kv_heads"]), int(r["L"]), float(r["r"])), {})[r["provider"]] = r
+    head = ["d", "Hq/Hkv", "L", "r", "Base ms", "Base vs FA2 block (>= 1.3)", "T1/Base", "T2/Base", "T3/Base",
+            "T3 split-exp/Base", "met"]  # fmt: skip
+    out = []
+    for (d, hkv, length, ratio), p in sorted(by.items()):
+        base = float(p["base"]["ms"])
+        speed = float(p["fa2_block"]["ms"]) / base
+        t1, t2 = float(p["t1"]["vs_base"]), float(p["t2"]["vs_base"])
+        t3 = min(float(p["t3"]["vs_base"]), float(p["t3_split"]["vs_base"]))
+        checks = {"base": speed >= 1.3, "t1": t1 <= T1_MAX.get(d, 1.08), "t2": t2 <= T2_MAX.get(d, 1.10)}
+        if d in T3_MAX:
+            checks["t3"] = t3 <= T3_MAX[d]
+        missed = [k for k, ok in checks.items() if not ok]
+        out.append([d, f"32/{hkv}", length, ratio, f"{base:.3f}", f"{speed:.2f}", p["t1"]["vs_base"],
+                    p["t2"]["vs_base"], p["t3"]["vs_base"], p["t3_split"]["vs_base"],
+                    "all" if not missed else "missed: " + ", ".join(missed)])  # fmt: skip
+    env = csv.env
+    text = f"# Kernel table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+    pin = os.environ.get("FLASHSTATS_CONFIG_INDEX") or ""
+    tiles = f"tuning candidate {pin} of each head-dim class (pinned)" if pin else "autotuned"
+    text += f"bf16, batch 1; median of `triton.testing.do_bench`; tiles: {tiles}.\n\n"
+    path.write_text(text + markdown_table(head, out))
+
+
+def plot(csv, path) -> None:
+    """``kernel_table.png``: each tier over Base and SDPA-FA2's time over Base, per head dim (r = 0.3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, length in zip(axes, (16384, 32768), strict=True):
+        rows = [
+            r for r in csv.rows if int(r["L"]) == length and float(r["r"]) == 0.3 and int(r["kv_heads"]) == 8
+        ]
+        dims = sorted({int(r["d"]) for r in rows})
+        for name in ("t1", "t2", "t3", "t3_split", "fa2_block"):
+            at = {int(r["d"]): float(r["vs_base"]) for r in rows if r["provider"] == name}
+            y = [at.get(d, math.nan) for d in dims]
+            label = {"fa2_block": "SDPA-FA2 block", "t3_split": "<=T3 split exp"}.get(
+                name, f"<={name.upper()}"
+            )
+            ax.plot([str(d) for d in dims], y, marker="o", label=label)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"L = {length // 1024}K, r = 0.3")
+        ax.set_xlabel("head dim d")
+    axes[0].set_ylabel("time / Base")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    args.out.mkdir(parents=True, exist_ok=True)
+    fields = ("L", "r", "R", "d", "kv_heads", "provider", "ms", "vs_base")
+    csv = LongCsv(args.out / "kernel_table.csv", fields)
+    deadline = Deadline(args.budget)
+    for length, ratio, d, hkv in [(4096, 0.3, 64, 8)] if args.quick else POINTS:
+        if deadline.over():
+            print("budget spent: stopping early")
+            break
+        measure(csv, length, ratio, d, hkv)
+        write_markdown(csv, args.out / "kernel_table.md")
+    csv.close()
+    write_markdown(csv, args.out / "kernel_table.md")
+    plot(csv, args.out / "kernel_table.png")
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--report":
+        from _perf import LoadedCsv
+
+        src = Path(sys.argv[2])
+        data = LoadedCsv(src, ints=("L", "R", "d", "kv_heads"))
+        write_markdown(data, src.parent / "kernel_table.md")
+        plot(data, src.parent / "kernel_table.png")
+    else:
+        main()
