@@ -18,6 +18,9 @@ FORWARD_POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32
                         KeyMask="*u8", PromptLen="*i64", Seq="*i64")  # fmt: skip
 COLUMN_POINTERS = dict(Q="*bf16", K="*bf16", Lse="*fp32", Sum="*fp32", Mean="*fp32", KeyMask="*u8",
                        PromptLen="*i64", Seq="*i64")  # fmt: skip
+DECODE_POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Part="*fp32", Acc="*fp32", Lse="*fp32",
+                       Stats="*fp32", Diag="*fp32", Prev="*fp32", Sinks="*fp32", SinkPos="*i64", Sum="*fp32",
+                       Count="*fp32", KeyMask="*u8", PromptLen="*i64", KvLen="*i64")  # fmt: skip
 
 
 def _compile(fn, constexprs: dict, pointers: dict) -> None:
@@ -32,7 +35,7 @@ def _compile(fn, constexprs: dict, pointers: dict) -> None:
         if name in constexprs:
             sig[name] = "constexpr"
         else:
-            sig[name] = pointers.get(name, "fp32" if name in ("scale", "softcap") else "i32")
+            sig[name] = pointers.get(name, "fp32" if name in ("scale", "softcap", "log_eps") else "i32")
     src = ASTSource(fn, sig, constexprs)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 2})
 
@@ -53,6 +56,21 @@ def compile_all() -> None:
                      WHILE=False, VARLEN=False, SPLIT_EXP=split, BLOCK_M=64, BLOCK_N=128,
                      BLOCK_D=128)  # fmt: skip
         _compile(_columns_kernel, flags, COLUMN_POINTERS)
+    compile_decode()
+
+
+def compile_decode() -> None:
+    """The decoding kernels (split, merge with lookups, running columns), soft-cap/window on and off."""
+    from flashstats_kernels.ops.decode import fused
+
+    for special in (False, True):
+        flags = dict(D=64, GROUP=3, HAS_MASK=special, HAS_SOFTCAP=special, HAS_WINDOW=special, WHILE=False,
+                     BLOCK_D=64)  # fmt: skip
+        _compile(fused._split_kernel, dict(flags, SPLITS=4, ROWS=True, MMA=0, BLOCK_M=16, BLOCK_N=64),
+                 DECODE_POINTERS)  # fmt: skip
+        _compile(fused._merge_kernel, dict(flags, SPLITS=4, ROWS=True, LOOKUPS=True, BLOCK_M=16),
+                 DECODE_POINTERS)  # fmt: skip
+        _compile(fused._columns_kernel, dict(flags, MMA=0, BLOCK_M=16, BLOCK_N=64), DECODE_POINTERS)
 
 
 def test_kernel_variants_compile_for_sm90():
