@@ -15,6 +15,8 @@ from typing import Any
 
 from halubench_data import clikit
 
+from halluprobe._cli_stream import add_stream_parser, cmd_stream
+
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
 DEFAULT_OUT = "runs/default"
@@ -138,40 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true",
         help="print one JSON object per answer, one per line: probability, label, threshold, spans",
     )  # fmt: skip
-    _add_stream_parser(sub)
+    add_stream_parser(sub)
     return parser
-
-
-def _add_stream_parser(sub) -> None:
-    p = sub.add_parser(
-        "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
-    )
-    p.add_argument("detector", help="folder of a saved detector")
-    p.add_argument("--context", required=True)
-    p.add_argument("--question", default="")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument(
-        "--answer",
-        help="another model's answer to follow: TEXT is fed in chunks of --chunk words; '-' reads stdin "
-        "as it arrives (pipe a generator into it)",
-    )
-    src.add_argument(
-        "--generate", action="store_true", help="the proxy writes the answer itself (self-check)"
-    )
-    p.add_argument(
-        "--chunk", type=int, default=4, help="words per chunk when following --answer TEXT (default 4)"
-    )
-    p.add_argument(
-        "--max-new-tokens", type=int, default=128, help="--generate: answer length cap (default 128)"
-    )
-    p.add_argument("--sample", action="store_true", help="--generate: sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0, help="--generate --sample: temperature")
-    p.add_argument("--seed", type=int, default=0, help="--generate --sample: random seed (default 0)")
-    p.add_argument(
-        "--json", action="store_true",
-        help="JSON lines on stdout: one {'event': 'tokens', ...} object per update, then one 'done' event",
-    )  # fmt: skip
-    clikit.add_device_arg(p)
 
 
 MAX_LAYERS = 4096
@@ -505,71 +475,6 @@ def cmd_predict(args) -> int:
         if args.tokens:
             for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
                 print(f"{s:6.3f}  {tok!r}")
-    return 0
-
-
-def _stdin_chunks():
-    """Text from stdin as it arrives (not line-buffered), decoded incrementally as UTF-8."""
-    import codecs
-    import os
-
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    while data := os.read(sys.stdin.fileno(), 4096):
-        yield decoder.decode(data)
-    yield decoder.decode(b"", final=True)
-
-
-def _updates(args, scorer):
-    """The stream of updates that ``halluprobe stream`` prints."""
-    from halluprobe.streaming import stream_text_chunks
-
-    if args.generate:
-        yield from scorer.generate(
-            args.context, args.question, max_new_tokens=args.max_new_tokens, do_sample=args.sample,
-            temperature=args.temperature, seed=args.seed,
-        )  # fmt: skip
-        return
-    follower = scorer.follow(args.context, args.question)
-    chunks = _stdin_chunks() if args.answer == "-" else stream_text_chunks(args.answer, args.chunk)
-    for chunk in chunks:
-        if (update := follower.add(chunk)) is not None:
-            yield update
-    yield follower.finish()
-
-
-def cmd_stream(args) -> int:
-    """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    import json
-
-    from halluprobe.detector import Detector
-    from halluprobe.streaming import StreamingScorer
-
-    if not args.generate and args.answer is None:
-        raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
-    if args.chunk < 1 or args.max_new_tokens < 1:
-        raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
-    scorer = StreamingScorer(Detector.load(args.detector), device=clikit.resolve_device(args.device))
-    last = None
-    for u in _updates(args, scorer):
-        last = u
-        if args.json:
-            event = {"event": "tokens", "tokens": u.tokens, "token_ids": u.token_ids,
-                     "token_scores": [float(x) for x in u.token_scores], "probability": float(u.probability),
-                     "answer_tokens": u.answer_tokens}  # fmt: skip
-            print(json.dumps(event, ensure_ascii=False), flush=True)
-        elif u.tokens:
-            words = " ".join(f"{t!r}:{x:.2f}" for t, x in zip(u.tokens, u.token_scores, strict=True))
-            print(f"p={u.probability:.3f}  {words}", flush=True)
-    if last is None:
-        raise clikit.UsageError("the answer is empty: nothing to score")
-    threshold = scorer.detector.fit.threshold
-    if args.json:
-        done = {"event": "done", "probability": float(last.probability), "label": last.label,
-                "threshold": threshold, "answer_tokens": last.answer_tokens}  # fmt: skip
-        print(json.dumps(done), flush=True)
-    else:
-        verdict = "hallucinated" if last.label else "supported"
-        print(f"p(hallucinated) = {last.probability:.3f}  threshold {threshold:.3f}  -> {verdict}")
     return 0
 
 
