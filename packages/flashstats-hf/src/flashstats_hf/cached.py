@@ -200,7 +200,7 @@ class CachedRecorder:
         plain = n_p > 0 and self.seen == 0 and bool(self.buf.key_mask[:, :n_p].all())  # prefill only
         self._call = dict(
             ids=ids, q=q, n_p=n_p, total=total, plain_prompt=plain,
-            kv_len=(self.length + q).reshape(1),
+            kv_len=(self.length + q).reshape(1), requests={},
             slots=self.length + (n_p - self.prompt_len) + torch.arange(q - n_p, device=dev),
         )  # fmt: skip
 
@@ -311,7 +311,7 @@ class CachedRecorder:
         lk = key.shape[2]
         col = bf.columns[li]
         state = ColumnState(col.sum[..., offset : offset + lk], col.count[:, offset : offset + lk])
-        request = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
+        request = self._request_at(offset)
         # valid keys as a device tensor: a host int would be copied to the device in every layer
         kv_len = (
             c["kv_len"] if static_full or offset == 0 else torch.full_like(c["kv_len"], c["total"] - offset)
@@ -330,6 +330,17 @@ class CachedRecorder:
             bf.diag_prev[1, :, li].index_copy_(2, slots, res.lookups.prev_weight)
             bf.sinks[:, li].index_copy_(2, slots, res.lookups.sink_weights)
         return res.out
+
+    def _request_at(self, offset: int) -> StatsRequest:
+        """The request with sink positions in cache slots of a layer whose slot 0 is ``offset``.
+
+        Made once per call and offset (not per layer): every full-attention layer shares it.
+        """
+        made = self._call["requests"]
+        if offset not in made:
+            assert self._sinks is not None  # set by the first call
+            made[offset] = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
+        return made[offset]
 
     # ---------------------------------------------------------------------------------------------
     # logits and hidden states
