@@ -188,7 +188,7 @@ class CachedRecorder:
         if torch.is_grad_enabled():
             raise RuntimeError("CachedRecorder records inference only: run the model under torch.no_grad()")
         b, q = ids.shape
-        if self.length is None:
+        if self.seen == 0:
             self._start(ids, kwargs.get("attention_mask"))
         if self.seen == 0 and q < self.prompt_len:
             raise ValueError(f"the first call must hold the whole prompt ({self.prompt_len} tokens), got {q}")
@@ -213,17 +213,55 @@ class CachedRecorder:
         self.seen = c["total"]
 
     def _start(self, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
-        """First call: device counters, padding mask of the prompt, sink positions."""
+        """First call of a prompt: device counters, padding mask of the prompt, sink positions.
+
+        After [`restart`][flashstats_hf.CachedRecorder.restart] the same device tensors are overwritten
+        in place (a captured step reads them by address) and the buffers are cleared.
+        """
         b, dev = ids.shape[0], ids.device
-        self.length = torch.zeros((), dtype=torch.int64, device=dev)
         keep = _prompt_keep(attention_mask, b, self.prompt_len).to(dev)
         sinks = self.request.sink_positions
         if isinstance(sinks, torch.Tensor):
-            self._sinks = sinks.to(device=dev, dtype=torch.int64).reshape(b, -1)
+            new_sinks = sinks.to(device=dev, dtype=torch.int64).reshape(b, -1)
         else:
             n_pad = self.prompt_len - keep.sum(1, keepdim=True)
-            self._sinks = n_pad + torch.tensor(list(sinks), dtype=torch.int64, device=dev)[None]
+            new_sinks = n_pad + torch.tensor(list(sinks), dtype=torch.int64, device=dev)[None]
         self._keep0 = keep
+        if self.length is None or self._sinks is None or self.buf is None:
+            self.length = torch.zeros((), dtype=torch.int64, device=dev)
+            self._sinks = new_sinks
+            return
+        if tuple(new_sinks.shape) != tuple(self._sinks.shape):
+            raise ValueError(
+                f"a restarted prompt must keep the batch and sink count {tuple(self._sinks.shape)}, "
+                f"got {tuple(new_sinks.shape)}"
+            )
+        self.length.zero_()
+        self._sinks.copy_(new_sinks)
+        self._clear(keep)
+
+    def _clear(self, keep: torch.Tensor) -> None:
+        """Zero every buffer in place and write the new prompt's padding into the key mask."""
+        bf = self.buf
+        assert bf is not None
+        for x in (bf.rows, bf.diag_prev, bf.sinks, bf.logits, bf.hidden):
+            x.zero_()
+        for c in bf.columns:
+            c.sum.zero_()
+            c.count.zero_()
+        bf.key_mask.fill_(True)
+        bf.key_mask[:, : self.prompt_len] = keep
+
+    def restart(self) -> None:
+        """Start over with a new prompt of the same padded length ``P`` and batch, keeping every buffer.
+
+        The next call must hold the new prompt (on a reset cache: ``cache.reset()``). The device
+        tensors keep their addresses, so a [`flashstats_hf.GraphedDecodeStep`][] captured for an earlier
+        answer replays for the new one (after its own ``restart``); the statistics of the earlier answer
+        are gone (read [`stats`][flashstats_hf.CachedRecorder.stats] first).
+        """
+        self.seen = 0
+        self._call = {}
 
     def _ensure(self, answer_end: int, keys: int) -> None:
         """Allocates or grows the buffers to hold ``answer_end - P`` answer slots and ``keys`` key slots."""
