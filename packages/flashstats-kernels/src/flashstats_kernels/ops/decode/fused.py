@@ -53,12 +53,12 @@ def _rows(i_rb, R, kv_len, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
     return o_m, m_m, o_g, o_r, kv_len - R + o_r
 
 
-@triton.jit(do_not_specialize=["R", "window"])
+@triton.jit(do_not_specialize=["R", "window", "splits"])
 def _split_kernel(
     Q, K, V, Part, Acc, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb,
-    Hq, Hkv, R, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    Hq, Hkv, R, scale, softcap, window, splits,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr,
     WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -78,11 +78,11 @@ def _split_kernel(
     p_k0 = K + i_b * skb + i_kh * skh
     p_v0 = V + i_b * svb + i_kh * svh
     plen = tl.load(PromptLen + i_b)
-    # keys any row can see: [lo, kv_len), cut into SPLITS ranges of whole tiles
+    # keys any row can see: [lo, kv_len), cut into `splits` ranges of whole tiles
     lo = 0
     if HAS_WINDOW:
         lo = tl.maximum(kv_len - R - window + 1, 0) // BLOCK_N * BLOCK_N
-    per = tl.cdiv(tl.cdiv(kv_len - lo, SPLITS), BLOCK_N) * BLOCK_N
+    per = tl.cdiv(tl.cdiv(kv_len - lo, splits), BLOCK_N) * BLOCK_N
     start = lo + i_s * per
     stop = tl.minimum(start + per, kv_len)
     st = (
@@ -95,8 +95,8 @@ def _split_kernel(
         scale * 1.4426950408889634, scale, softcap, window, *st,
         True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
     )  # fmt: skip
-    o_p = ((i_bk * n_rb + i_rb) * SPLITS + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
-    n_slot = tl.num_programs(1) * n_rb * SPLITS * BLOCK_M  # slots per state field
+    o_p = ((i_bk * n_rb + i_rb) * splits + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
+    n_slot = tl.num_programs(1) * n_rb * splits * BLOCK_M  # slots per state field
     tl.store(Part + o_p, b_mx)
     tl.store(Part + n_slot + o_p, b_l)
     tl.store(Part + 2 * n_slot + o_p, b_a)
@@ -128,12 +128,12 @@ def _merge_one(st, Part, Acc, n_slot, o_p, o_d, BLOCK_D: tl.constexpr):
     return mx, b_l, b_acc, b_a, b_q2, b_pm, b_n + s_n
 
 
-@triton.jit(do_not_specialize=["R", "window", "S"])
+@triton.jit(do_not_specialize=["R", "window", "S", "splits"])
 def _merge_kernel(
     Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
-    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride,
-    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride, splits,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
     WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -146,16 +146,23 @@ def _merge_kernel(
     o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     m_d = o_d < D
-    n_slot = tl.num_programs(0) * n_rb * SPLITS * BLOCK_M
-    base = (i_bk * n_rb + i_rb) * SPLITS * BLOCK_M + tl.arange(0, BLOCK_M)
-    st = (
-        tl.full([BLOCK_M], -1.0e30, tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32),
-    )  # fmt: skip
-    for i_s in tl.static_range(SPLITS):  # the fixed reduction order
-        st = _merge_one(st, Part, Acc, n_slot, base + i_s * BLOCK_M, o_d, BLOCK_D)
-    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
+    n_slot = tl.num_programs(0) * n_rb * splits * BLOCK_M
+    base = (i_bk * n_rb + i_rb) * splits * BLOCK_M + tl.arange(0, BLOCK_M)
+    b_mx = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    b_l = tl.zeros([BLOCK_M], tl.float32)
+    b_a = tl.zeros([BLOCK_M], tl.float32)
+    b_q2 = tl.zeros([BLOCK_M], tl.float32)
+    b_pm = tl.zeros([BLOCK_M], tl.float32)
+    b_n = tl.zeros([BLOCK_M], tl.float32)
+    b_acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    # the fixed reduction order; the split count is a runtime value, so a cache that grows (which
+    # changes the default count) never triggers a recompilation
+    i_s = 0
+    while i_s < splits:
+        b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _merge_one(
+            (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n), Part, Acc, n_slot, base + i_s * BLOCK_M, o_d, BLOCK_D
+        )
+        i_s += 1
 
     i_h = i_kh * GROUP + o_g  # [BM] query head
     has = b_l > 0.0
@@ -321,14 +328,14 @@ def decode_triton(
     _split_kernel[(n_split, bkv, n_rb)](
         q, k, v, part, acc, g.key_mask, plen, kvl,
         *q.stride(), *k.stride(), *v.stride(), g.mask_stride,
-        g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
-        SPLITS=n_split, ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
+        g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window, n_split,
+        ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
     )  # fmt: skip
     _merge_kernel[(bkv, n_rb)](
         q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl,
         *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
-        g.B * g.Hq * g.R, SPLITS=n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
+        g.B * g.Hq * g.R, n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
     )  # fmt: skip
     if columns is not None:
         cm = max(16, min(64, triton.next_power_of_2(g.R)))
