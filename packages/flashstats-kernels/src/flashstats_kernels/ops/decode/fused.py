@@ -13,9 +13,10 @@ so a step can be captured in a CUDA graph and replayed as the cache grows):
    with the entropy accumulator shifted by ``m``, as in the forward kernel), finalises output, LSE and
    T1, and reads the T2 lookups off the merged LSE. The order is fixed, so results are bitwise
    identical across runs; the split count changes them only by fp32 rounding.
-3. ``_columns_kernel``: one program per (key tile, batch x query head) re-scores the new rows against
-   its keys from the merged LSE and adds their weights (and, for head 0, the row counts) to the
-   running column state. Each program owns its slots: no atomics.
+3. ``_columns_kernel``: one program per (key tile, batch x KV head) loads its keys once, re-scores
+   the new rows of every query head of the group against them from the merged LSE and adds their
+   weights (and, for head 0, the row counts) to the running column state. Each program owns its
+   slots: no atomics.
 """
 
 from __future__ import annotations
@@ -210,15 +211,15 @@ def _merge_kernel(
 def _columns_kernel(
     Q, K, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb, scb, sch, scn, sntb, sntn,
-    Hq, R, scale, softcap, window,
+    Hq, Hkv, R, scale, softcap, window,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
-    i_bh = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // Hq
-    i_h = i_bh % Hq
+    i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head: the key tile is loaded once for its group
+    i_b = i_bk // Hkv
+    i_kh = i_bk % Hkv
     kv_len = tl.load(KvLen)
     if i_n * BLOCK_N < kv_len:
         o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -226,23 +227,26 @@ def _columns_kernel(
         m_n = o_n < kv_len
         m_d = o_d < D
         EVEN_D: tl.constexpr = D == BLOCK_D
-        p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
+        p_k = K + i_b * skb + i_kh * skh + o_n[:, None] * skn + o_d[None, :] * skd
         b_k = mma_cast(load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
         p_km = KeyMask + i_b * smb
         keep_k = m_n
         if HAS_MASK:
             keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
-        b_sum, b_cnt = col_range(
-            0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + i_bh * R, tl.load(PromptLen + i_b),
-            R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
-            tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
-            True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
-        )  # fmt: skip
-        p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
-        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
-        if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
-            p_cnt = Count + i_b * sntb + o_n * sntn
-            tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
+        plen = tl.load(PromptLen + i_b)
+        for g in tl.static_range(GROUP):
+            i_h = i_kh * GROUP + g
+            b_sum, b_cnt = col_range(
+                0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + (i_b * Hq + i_h) * R, plen,
+                R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
+                tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
+                True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
+            )  # fmt: skip
+            p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
+            tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
+            if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
+                p_cnt = Count + i_b * sntb + o_n * sntn
+                tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
 
 
 def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
@@ -339,10 +343,10 @@ def decode_triton(
     )  # fmt: skip
     if columns is not None:
         cm = max(16, min(64, triton.next_power_of_2(g.R)))
-        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
+        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), bkv)](
             q, k, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
             *q.stride(), *k.stride(), g.mask_stride, *columns.sum.stride(), *columns.count.stride(),
-            g.Hq, g.R, float(scale), g.softcap, g.window,
+            g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
             MMA=g.mma, BLOCK_M=cm, BLOCK_N=cfg["COL_N"], **flags,
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
