@@ -249,12 +249,57 @@ def sync_profile(model, ctx: int, chunk: int, device: str, path: Path) -> int:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             rec.feed(ids[:, ctx + 2 * chunk :])
             _sync(device)
-    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
+    # set_sync_debug_mode announces itself once with a warning that is no synchronisation
+    syncs = [
+        str(w.message).splitlines()[0]
+        for w in caught
+        if "synchroniz" in str(w.message) and "prototype feature" not in str(w.message)
+    ]
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
     path.write_text(
         f"synchronising calls in one eager chunk: {len(syncs)}\n" + "\n".join(syncs) + "\n\n" + table
     )
     return len(syncs)
+
+
+def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]:
+    """Device time per decode step by kernel, without and with statistics (eager steps), to ``path``.
+
+    Returns:
+        ``{provider: device ms per step}`` for ``splitk`` and ``stats``.
+    """
+    totals, tables = {}, []
+    for provider in ("splitk", "stats"):
+        ids = torch.randint(0, model.config.vocab_size, (1, ctx + 12), device=device)
+        cache = StaticCache(config=model.config, max_cache_len=ctx + 16)
+        rec = _recorder(model, ctx, 16, cache, stats=provider == "stats")
+        with torch.no_grad(), rec:
+            rec.feed(ids[:, :ctx])
+            step = GraphedDecodeStep(
+                model, cache, torch.ones(1, ctx, device=device), recorder=rec, capture=False
+            )
+            for i in range(2):
+                step(ids[:, ctx + i : ctx + i + 1])
+            _sync(device)
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=activities) as prof:
+                for i in range(2, 7):
+                    step(ids[:, ctx + i : ctx + i + 1])
+                _sync(device)
+        events = prof.key_averages()
+        attr = "device_time_total" if device == "cuda" else "cpu_time_total"
+        kernels = (
+            [e for e in events if getattr(e, "self_device_time_total", 0) > 0] if device == "cuda" else []
+        )
+        totals[provider] = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
+        tables.append(
+            f"== {provider}: {totals[provider]:.3f} device ms per step\n"
+            + events.table(sort_by=attr, row_limit=25)
+        )
+    path.write_text("\n\n".join(tables))
+    return totals
 
 
 def main() -> None:
@@ -268,11 +313,26 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--memory-answers", default="256,1024")
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds before no new shape starts")
+    ap.add_argument(
+        "--profile-decode", default="", help="SHAPE:CTX,...: only device time per kernel of a step"
+    )
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     args.out.mkdir(parents=True, exist_ok=True)
     csv = LongCsv(args.out / "streaming.csv", FIELDS)
     start = time.perf_counter()
+    if args.profile_decode:
+        for item in args.profile_decode.split(","):
+            shape, ctx = item.split(":")
+            model = build(shape, device)
+            path = args.out / f"streaming_decode_profile_{shape}_{ctx}.txt"
+            for provider, ms in decode_profile(model, int(ctx), device, path).items():
+                csv.add(transformers=transformers.__version__, shape=shape, bench="decode_device", ctx=ctx,
+                        tokens=1, provider=provider, value=round(ms, 4), unit="ms")  # fmt: skip
+                print(shape, ctx, provider, f"{ms:.3f} device ms per step", flush=True)
+            del model
+        csv.close()
+        return
 
     def row(shape, bench, ctx, tokens, provider, value, unit="ms"):
         csv.add(transformers=transformers.__version__, shape=shape, bench=bench, ctx=ctx, tokens=tokens,

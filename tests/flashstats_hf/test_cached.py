@@ -74,6 +74,26 @@ def test_streamed_chunks_equal_record_forward(helpers, kind, chunks, dtype):
         assert_same_stats(got, ref, *((exact, exact) if dtype == torch.float64 else (TOL, HIDDEN_TOL)))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_streamed_chunks_on_the_gpu_equal_record_forward(helpers, kind):
+    """Every family (sliding-window, soft-capped) on the Triton kernels, fed in chunks on a DynamicCache.
+
+    Left-padded batch, sinks per example; bound: the GPU bound of the recorded forward (3e-3, TF32-class
+    dots in the model's own matmuls).
+    """
+    model, _ = helpers.tiny_models(kind, "cuda")
+    ids, mask, _ = helpers.padded_batch([15, 11], [6, 6], device="cuda")
+    prompt = 9
+    rec = CachedRecorder(model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN)
+    with rec:
+        rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+        for at, n in ((9, 1), (10, 3), (13, 2)):
+            rec.feed(ids[:, at : at + n])
+    gpu_tol = dict(atol=3e-3, rtol=3e-3)
+    assert_same_stats(rec.stats(), _reference(model, ids, mask, prompt), gpu_tol, gpu_tol)
+
+
 def test_prefill_that_holds_the_start_of_the_answer(helpers):
     """The first call may carry answer tokens after the prompt: those rows are scored in the prefill."""
     model, _ = helpers.tiny_models("qwen3")
