@@ -6,6 +6,8 @@ import sys
 
 from halubench_data import clikit
 
+from halluprobe._cli_schemas import STREAM
+
 
 def add_stream_parser(sub) -> None:
     """Adds the ``stream`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
@@ -33,10 +35,7 @@ def add_stream_parser(sub) -> None:
     p.add_argument("--sample", action="store_true", help="--generate: sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=1.0, help="--generate --sample: temperature")
     p.add_argument("--seed", type=int, default=0, help="--generate --sample: random seed (default 0)")
-    p.add_argument(
-        "--json", action="store_true",
-        help="JSON lines on stdout: one {'event': 'tokens', ...} object per update, then one 'done' event",
-    )  # fmt: skip
+    clikit.add_json_arg(p, STREAM, lines=True)
     clikit.add_device_arg(p)
 
 
@@ -71,8 +70,6 @@ def _updates(args, scorer):
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    import json
-
     from halluprobe.detector import Detector
     from halluprobe.streaming import StreamingScorer
 
@@ -88,7 +85,7 @@ def cmd_stream(args) -> int:
             event = {"event": "tokens", "tokens": u.tokens, "token_ids": u.token_ids,
                      "token_scores": [float(x) for x in u.token_scores], "probability": float(u.probability),
                      "answer_tokens": u.answer_tokens}  # fmt: skip
-            print(json.dumps(event, ensure_ascii=False), flush=True)
+            clikit.emit_json(event)
         elif u.tokens:
             words = " ".join(f"{t!r}:{x:.2f}" for t, x in zip(u.tokens, u.token_scores, strict=True))
             print(f"p={u.probability:.3f}  {words}", flush=True)
@@ -98,7 +95,7 @@ def cmd_stream(args) -> int:
     if args.json:
         done = {"event": "done", "probability": float(last.probability), "label": last.label,
                 "threshold": threshold, "answer_tokens": last.answer_tokens}  # fmt: skip
-        print(json.dumps(done), flush=True)
+        clikit.emit_json(done)
     else:
         verdict = "hallucinated" if last.label else "supported"
         print(f"p(hallucinated) = {last.probability:.3f}  threshold {threshold:.3f}  -> {verdict}")
