@@ -27,15 +27,15 @@ import triton
 import triton.language as tl
 
 from flashstats_kernels._problem import fold_scale_sign
-from flashstats_kernels.ops.columns.fused import _col_range
-from flashstats_kernels.ops.forward.fused import (
-    _fwd_range,
-    _load_tile,
-    _mma_cast,
+from flashstats_kernels.ops._fused import (
+    col_range,
+    fwd_range,
     interpreting,
     launch_geometry,
+    load_tile,
+    lookup,
+    mma_cast,
 )
-from flashstats_kernels.ops.lookups.fused import _lookup
 from flashstats_kernels.state import ColumnState
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
@@ -74,7 +74,7 @@ def _split_kernel(
     m_d = o_d < D
     EVEN_D: tl.constexpr = D == BLOCK_D
     p_q = Q + i_b * sqb + (i_kh * GROUP + o_g)[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
-    b_q = _mma_cast(_load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
+    b_q = mma_cast(load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
     p_k0 = K + i_b * skb + i_kh * skh
     p_v0 = V + i_b * svb + i_kh * svh
     plen = tl.load(PromptLen + i_b)
@@ -90,7 +90,7 @@ def _split_kernel(
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
         tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.int32),
     )  # fmt: skip
-    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _fwd_range(
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_range(
         start, stop, b_q, pos_q, p_k0, p_v0, KeyMask + i_b * smb, plen, kv_len, skn, skd, svn, svd, o_d, m_d,
         scale * 1.4426950408889634, scale, softcap, window, *st,
         True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
@@ -184,9 +184,9 @@ def _merge_kernel(
         p_km = KeyMask + i_b * smb
         plen = tl.load(PromptLen + i_b)
         args = (kv_len, skn, skd, o_d, m_d, scale, softcap, window)
-        b_d = _lookup(b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
+        b_d = lookup(b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
         tl.store(Diag + o_row, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
-        b_pv = _lookup(
+        b_pv = lookup(
             b_q, p_k0, p_km, pos_q - 1, pos_q, m_m & (pos_q > plen), b_lse2, *args,
             HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
         )  # fmt: skip
@@ -194,9 +194,7 @@ def _merge_kernel(
         i_s = 0
         while i_s < S:
             pos_k = tl.zeros_like(pos_q) + tl.load(SinkPos + i_b * spb + i_s)
-            b_w = _lookup(
-                b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW
-            )
+            b_w = lookup(b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
             tl.store(Sinks + o_row * S + i_s, tl.exp2(b_w), mask=m_m)
             i_s += 1
 
@@ -222,12 +220,12 @@ def _columns_kernel(
         m_d = o_d < D
         EVEN_D: tl.constexpr = D == BLOCK_D
         p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
-        b_k = _mma_cast(_load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
+        b_k = mma_cast(load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
         p_km = KeyMask + i_b * smb
         keep_k = m_n
         if HAS_MASK:
             keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
-        b_sum, b_cnt = _col_range(
+        b_sum, b_cnt = col_range(
             0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + i_bh * R, tl.load(PromptLen + i_b),
             R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
             tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
