@@ -106,7 +106,9 @@ class CharTokenizer:
 
     pad_token_id = 0
 
-    def decode(self, ids, clean_up_tokenization_spaces=False):
+    def decode(self, ids, *, clean_up_tokenization_spaces):
+        # required: Transformers' BPE tokenizers warn on every decode that leaves it at its default True
+        assert clean_up_tokenization_spaces is False
         return "".join(chr(i) for i in ids)
 
 

@@ -258,3 +258,28 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(argv):
 def test_a_broken_pipe_elsewhere_is_still_a_failure():
     run = subprocess.run([sys.executable, "-c", PIPE_SCRIPT, "other"], capture_output=True, text=True)
     assert run.returncode == 1 and "BrokenPipeError" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("module", CLIS)
+def test_every_option_of_every_command_has_help_text(module):
+    parser = __import__(module, fromlist=["build_parser"]).build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():  # noqa: SLF001
+        bare = [a.option_strings or a.dest for a in sub._actions if not a.help]  # noqa: SLF001
+        assert not bare, f"{module} {name}: no help for {bare}"
+
+
+def test_no_progress_turns_off_transformers_bars_too():
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    def go(args):
+        clikit.quiet_transformers()
+        seen.append(hf_logging.is_progress_bar_enabled())
+
+    try:
+        assert clikit.run(_parser(), {"go": go}, ["go"]) == 0
+        assert clikit.run(_parser(), {"go": go}, ["go", "--no-progress"]) == 0
+    finally:
+        hf_logging.enable_progress_bar()
+    assert seen == [True, False]

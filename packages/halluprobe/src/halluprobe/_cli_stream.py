@@ -15,8 +15,8 @@ def add_stream_parser(sub) -> None:
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
     p.add_argument("detector", help="folder of a saved detector")
-    p.add_argument("--context", required=True)
-    p.add_argument("--question", default="")
+    p.add_argument("--context", required=True, help="the context the answer must be supported by")
+    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--answer",
@@ -77,6 +77,7 @@ def cmd_stream(args) -> int:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
+    clikit.quiet_transformers()
     scorer = StreamingScorer(Detector.load(args.detector), device=clikit.resolve_device(args.device))
     last = None
     for u in _updates(args, scorer):

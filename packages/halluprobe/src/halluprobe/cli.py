@@ -111,13 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
             "--out", default="runs/select", help="run folder: cache in OUT/cache, selection in "
             f"OUT/{block.lower()}.json (default runs/select)",
         )  # fmt: skip
-        p.add_argument("--split", default="train", choices=("train", "validation", "test"))
+        p.add_argument(
+            "--split", default="train", choices=("train", "validation", "test"),
+            help="split the features are chosen on (default train)",
+        )  # fmt: skip
         p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
         clikit.add_json_arg(p, schemas.SELECT)
     p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
     _add_data_args(p)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
-    p.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    p.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "validation", "test"),
+        help="split to score (default test)",
+    )
     p.add_argument(
         "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
     )
@@ -127,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("detector", help="folder of a saved detector")
     p.add_argument("--context", help="the context (with --answer; or use --input)")
-    p.add_argument("--question", default="")
+    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
     p.add_argument(
         "--input", type=Path, metavar="JSONL",
@@ -230,11 +238,7 @@ def load_proxy(load_model, proxy: str | None, device: str):
     """``load_model(proxy)`` with a named ``--proxy`` error for a missing folder or unloadable weights."""
     import pickle
 
-    if clikit.is_quiet():  # Transformers' own progress bars and load reports go too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
+    clikit.quiet_transformers()
     try:
         return load_model(proxy, device=device)
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
@@ -404,6 +408,7 @@ def cmd_evaluate(args) -> int:
     if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
         raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
     clikit.check_out_dir(args.out)
+    clikit.quiet_transformers()
     det = Detector.load(args.detector)
     ext = det.extractor(device)
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
@@ -477,6 +482,7 @@ def cmd_predict(args) -> int:
     ids, triples = (
         read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
     )
+    clikit.quiet_transformers()
     det = Detector.load(args.detector)
     preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
     for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):

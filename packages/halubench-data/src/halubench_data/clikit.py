@@ -74,6 +74,7 @@ __all__ = [
     "json_ready",
     "make_parser",
     "one_line",
+    "quiet_transformers",
     "resolve_device",
     "run",
     "show_progress",
@@ -213,6 +214,23 @@ def is_quiet() -> bool:
 def show_progress() -> bool:
     """Whether a command may draw progress bars (on stderr): neither ``--quiet`` nor ``--no-progress``."""
     return not _STATE["quiet"] and bool(_STATE["progress"])
+
+
+def quiet_transformers() -> None:
+    """Turn Transformers' progress bars off when ours are (``--quiet``, ``--no-progress``).
+
+    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too. Call it
+    before a model loads; nothing happens when Transformers is not installed.
+    """
+    if show_progress():
+        return
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+    if is_quiet():
+        hf_logging.set_verbosity_error()
 
 
 def status(message: str) -> None:

@@ -17,6 +17,7 @@ __all__ = ["evaluate_command"]
 
 
 def _scorer(args: argparse.Namespace) -> tuple[Any, str]:
+    clikit.quiet_transformers()
     if args.checker == "minicheck":
         from halujudge.checkers import MiniCheck
 
