@@ -312,6 +312,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--memory-answers", default="256,1024")
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds before no new shape starts")
+    ap.add_argument("--benches", default="follow,decode,memory,syncs", help="measurements to run")
     ap.add_argument(
         "--profile-decode", default="", help="SHAPE:CTX,...: only device time per kernel of a step"
     )
@@ -343,9 +344,11 @@ def main() -> None:
             print(f"budget spent: {shape} not run", flush=True)
             continue
         model = build(shape, device)
-        for name, ms in follow_rows(model, args.follow_ctx, args.answer, args.chunk, device).items():
-            row(shape, "follow", args.follow_ctx, args.answer, name, ms)
-        for ctx in (int(c) for c in args.contexts.split(",")):
+        benches = set(args.benches.split(","))
+        if "follow" in benches:
+            for name, ms in follow_rows(model, args.follow_ctx, args.answer, args.chunk, device).items():
+                row(shape, "follow", args.follow_ctx, args.answer, name, ms)
+        for ctx in (int(c) for c in args.contexts.split(",")) if "decode" in benches else ():
             for provider in ("splitk", "stats", "sdpa"):
                 row(
                     shape,
@@ -355,14 +358,14 @@ def main() -> None:
                     provider,
                     decode_step_ms(model, ctx, args.steps, provider, device),
                 )
-        answers = tuple(map(int, args.memory_answers.split(",")))
+        answers = tuple(map(int, args.memory_answers.split(","))) if "memory" in benches else ()
         for m in memory_rows(model, args.follow_ctx, answers, args.chunk, device):
             for key in ("peak", "kv_cache", "recorder_buffers", "residual"):
                 row(shape, "memory", args.follow_ctx, m["answer"], key, m[key], "MiB")
-        syncs = sync_profile(
-            model, args.follow_ctx, args.chunk, device, args.out / f"streaming_profile_{shape}.txt"
-        )
-        row(shape, "syncs", args.follow_ctx, args.chunk, "eager_chunk", syncs, "count")
+        if "syncs" in benches:
+            path = args.out / f"streaming_profile_{shape}.txt"
+            syncs = sync_profile(model, args.follow_ctx, args.chunk, device, path)
+            row(shape, "syncs", args.follow_ctx, args.chunk, "eager_chunk", syncs, "count")
         del model
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -55,6 +55,7 @@ CASES = [
     Case(B=2, Hq=2, Hkv=2, R=3, Lc=45, kv=33, window=9, pad=True, splits=3),
     Case(B=1, Hq=8, Hkv=2, R=2, Lc=20, kv=2, splits=1),  # only the new rows are cached
     Case(B=1, Hq=4, Hkv=4, R=1, Lc=80, kv=80, D=80, splits=None),
+    Case(B=2, Hq=8, Hkv=1, R=9, Lc=40, kv=30, pad=True, splits=2),  # 72 rows per KV head: two row blocks
 ]
 
 

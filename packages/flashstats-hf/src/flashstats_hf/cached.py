@@ -400,9 +400,11 @@ class CachedRecorder:
             prompt_len=max(self.prompt_len - offset, 0), backend=self.backend, **opts,
         )  # fmt: skip
         slots = c.slots
-        if res.rows is not None:
-            for i, name in enumerate(_ROW_FIELDS):
-                bf.rows[i, :, li].index_copy_(2, slots, getattr(res.rows, name))
+        if (
+            res.rows is not None
+        ):  # one copy for the five fields (a launch per field costs more than the stack)
+            rows = torch.stack([getattr(res.rows, name) for name in _ROW_FIELDS])  # [5, B, Hq, R]
+            bf.rows[:, :, li].index_copy_(3, slots, rows)
         if res.lookups is not None:
             bf.diag_prev[0, :, li].index_copy_(2, slots, res.lookups.diag_log)
             bf.diag_prev[1, :, li].index_copy_(2, slots, res.lookups.prev_weight)

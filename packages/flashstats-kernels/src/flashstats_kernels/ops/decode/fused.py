@@ -29,13 +29,13 @@ import triton.language as tl
 
 from flashstats_kernels._problem import fold_scale_sign
 from flashstats_kernels.ops._fused import (
-    col_range,
     fwd_range,
     interpreting,
     launch_geometry,
     load_tile,
     lookup,
     mma_cast,
+    scores_log2,
 )
 from flashstats_kernels.state import ColumnState
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
@@ -207,6 +207,42 @@ def _merge_kernel(
             i_s += 1
 
 
+@triton.jit
+def _columns_rows(
+    b_k, o_n, m_n, keep_k, i_rb, Q, Lse, Sum, Count, p_km, plen, kv_len, i_b, i_kh,
+    sqb, sqh, sqm, sqd, scb, sch, scn, sntb, sntn, Hq, R, scale, softcap, window,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Add the weights of one block of the group's ``G x R`` rows to the column sums of a key tile.
+
+    One dot scores every head of the group at once; a masked row sum per head splits the weights.
+    """
+    o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    i_h = i_kh * GROUP + o_g  # [BM] query head
+    p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
+    b_q = mma_cast(load_tile(p_q, m_m, o_d < D, True, D != BLOCK_D), MMA)  # [BM, BD]
+    b_s = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM] raw <k, q>
+    b_lse2 = tl.load(Lse + (i_b * Hq + i_h) * R + o_r, mask=m_m, other=float("-inf")) * 1.4426950408889634
+    b_u = scores_log2(b_s, scale, softcap, HAS_SOFTCAP) - b_lse2[None, :]
+    counted = m_m & (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
+    if HAS_MASK:
+        counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
+    vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
+    if HAS_WINDOW:
+        vis = vis & (o_n[:, None] > pos_q[None, :] - window)
+    b_p = tl.exp2(tl.where(vis, b_u, float("-inf")))  # [BN, BM], 0 where not visible
+    for g in tl.static_range(GROUP):
+        p_sum = Sum + i_b * scb + (i_kh * GROUP + g) * sch + o_n * scn
+        b_sum = tl.sum(tl.where((o_g == g)[None, :], b_p, 0.0), 1)  # [BN]
+        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
+    if i_kh == 0:  # counts do not depend on the head: head 0's rows, one program per key tile
+        b_cnt = tl.sum((vis & (o_g == 0)[None, :]).to(tl.float32), 1)
+        p_cnt = Count + i_b * sntb + o_n * sntn
+        tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt, mask=m_n)
+
+
 @triton.jit(do_not_specialize=["R", "window"])
 def _columns_kernel(
     Q, K, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
@@ -226,27 +262,21 @@ def _columns_kernel(
         o_d = tl.arange(0, BLOCK_D)
         m_n = o_n < kv_len
         m_d = o_d < D
-        EVEN_D: tl.constexpr = D == BLOCK_D
         p_k = K + i_b * skb + i_kh * skh + o_n[:, None] * skn + o_d[None, :] * skd
-        b_k = mma_cast(load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
+        b_k = mma_cast(load_tile(p_k, m_n, m_d, True, D != BLOCK_D), MMA)  # [BN, BD]
         p_km = KeyMask + i_b * smb
         keep_k = m_n
         if HAS_MASK:
             keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
         plen = tl.load(PromptLen + i_b)
-        for g in tl.static_range(GROUP):
-            i_h = i_kh * GROUP + g
-            b_sum, b_cnt = col_range(
-                0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + (i_b * Hq + i_h) * R, plen,
-                R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
-                tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
-                True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
+        i_rb = 0
+        while i_rb * BLOCK_M < GROUP * R:  # blocks of the group's rows, in a fixed order
+            _columns_rows(
+                b_k, o_n, m_n, keep_k, i_rb, Q, Lse, Sum, Count, p_km, plen, kv_len, i_b, i_kh,
+                sqb, sqh, sqm, sqd, scb, sch, scn, sntb, sntn, Hq, R, scale, softcap, window,
+                D, GROUP, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M, BLOCK_D,
             )  # fmt: skip
-            p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
-            tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
-            if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
-                p_cnt = Count + i_b * sntb + o_n * sntn
-                tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
+            i_rb += 1
 
 
 def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
@@ -342,12 +372,11 @@ def decode_triton(
         g.B * g.Hq * g.R, n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
     )  # fmt: skip
     if columns is not None:
-        cm = max(16, min(64, triton.next_power_of_2(g.R)))
         _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), bkv)](
             q, k, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
             *q.stride(), *k.stride(), g.mask_stride, *columns.sum.stride(), *columns.count.stride(),
             g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
-            MMA=g.mma, BLOCK_M=cm, BLOCK_N=cfg["COL_N"], **flags,
+            MMA=g.mma, BLOCK_M=bm, BLOCK_N=cfg["COL_N"], **flags,
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
     if rows:
