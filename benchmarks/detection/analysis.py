@@ -88,8 +88,8 @@ def fit_one(name: str) -> dict:
     methods = {}
     for fs_name, fit in fits.items():
         methods[fs_name] = {
-            "validation": fit.predict_proba(recs["validation"]),
-            "test": fit.predict_proba(recs["test"]),
+            "validation": fit.predict_proba(recs["validation"])[:, 1],
+            "test": fit.predict_proba(recs["test"])[:, 1],
             "threshold": fit.threshold,
             "kind": "probe",
         }
@@ -185,6 +185,11 @@ def _transfer(score, threshold, recs, ds, fit: str, test: str, method: str, n_bo
     return {"fit": t.fit, "test": t.test, "method": t.method, "result": t.result}
 
 
+def _probability(fit):
+    """``records -> [n]`` probability of "hallucinated" of a fitted probe (column 1 of ``predict_proba``)."""
+    return lambda recs: fit.predict_proba(recs)[:, 1]
+
+
 def cross_task(fitted_all: dict, datasets: dict, cache, n_boot: int) -> list[dict]:
     """Probes fitted on one RAGTruth task (train, validation-chosen C and threshold) tested on each task."""
     rows = []
@@ -196,7 +201,7 @@ def cross_task(fitted_all: dict, datasets: dict, cache, n_boot: int) -> list[dic
             for fs_name in TRANSFER_SETS:
                 fit = fitted_all[src]["fits"][fs_name]
                 rows.append(
-                    _transfer(fit.predict_proba, fit.threshold, recs, test, src, tgt, fs_name, n_boot)
+                    _transfer(_probability(fit), fit.threshold, recs, test, src, tgt, fs_name, n_boot)
                 )
     return rows
 
@@ -217,7 +222,7 @@ def pooled_to_claims(n_boot: int) -> list[dict]:
         list(TRANSFER_SETS), _STATE["order"], recs["train"], lab["train"], grp["train"], recs["validation"],
         lab["validation"],
     )  # fmt: skip
-    scorers = {n: (f.predict_proba, f.threshold) for n, f in fits.items()}
+    scorers = {n: (_probability(f), f.threshold) for n, f in fits.items()}
     published = fit_published(recs, lab, _STATE["order"], list(LOGIT_STAT_NAMES), toha=False)
     for name, score in published.items():
         scorers[name] = (score, float(select_threshold(score(recs["validation"]), lab["validation"])))
@@ -247,7 +252,8 @@ def _job(spec: tuple):
     from threadpoolctl import threadpool_limits
 
     kind, arg = spec
-    with threadpool_limits(_STATE["threads"]):
+    threads = _STATE["threads"] if kind != "loc" else max(_STATE["threads"], (os.cpu_count() or 1) // 2)
+    with threadpool_limits(threads):  # the token probes are the longest job: give them more threads
         if kind == "fit":
             return fit_dataset(arg)
         if kind == "pooled":

@@ -25,8 +25,12 @@ def _token_example(ex, token_dir: Path):
     return TokenExample(feats, z["offsets"], char_mask(ex.spans, len(ex.answer)), str(ex.group))
 
 
+PLAIN = {"windows": (0,), "smooths": (0,), "gaps": (0,)}
+"""The issue-9 token probe: the token's own features, no smoothing, no gap merging."""
+
+
 def run(datasets: dict, token_dir: Path, n_boot: int = 500, tasks=data.RAGTRUTH_TASKS) -> dict:
-    """Train the token probe, choose C and thresholds on validation, evaluate on test (pooled + per task)."""
+    """Token probes (plain, with context), log-probability: choices on validation; test pooled, per task."""
     from flashstats_hf import LOGIT_STAT_NAMES
     from halluprobe.localisation import choose_span_threshold, evaluate_spans, fit_token_probe
 
@@ -37,19 +41,25 @@ def run(datasets: dict, token_dir: Path, n_boot: int = 500, tasks=data.RAGTRUTH_
         for s in ("train", "validation", "test")
     }
     train, val = [e for _, e in split["train"]], [e for _, e in split["validation"]]
-    probe = fit_token_probe(train, val)
+    probes = {
+        "token probe (attention + logits)": fit_token_probe(train, val, **PLAIN),
+        "token probe + context, smoothing, gap merging": fit_token_probe(train, val),
+    }
     n_feat = train[0].features.shape[1]
     logprob = n_feat - len(LOGIT_STAT_NAMES)  # first logit statistic: answer_logprob
-    methods = {
-        "token probe (attention + logits)": (probe.decision_function, probe.threshold),
-        "negative log-probability": (lambda f: -f[:, logprob], None),
-    }
-    out = {"fit": {"C": probe.C, "val_token_auroc": probe.val_auroc}, "n_features": n_feat, "results": []}
-    for name, (fn, thr) in methods.items():
+    methods = {n: (p.decision_function, p.threshold, p.gap) for n, p in probes.items()}
+    methods["negative log-probability"] = (lambda f: -f[:, logprob], None, 0)
+    out = {
+        "fit": {n: {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
+                    "gap": p.gap} for n, p in probes.items()},
+        "n_features": n_feat,
+        "results": [],
+    }  # fmt: skip
+    for name, (fn, thr, gap) in methods.items():
         thr = thr if thr is not None else choose_span_threshold(val, [fn(e.features) for e in val])
         for task in ("all", *tasks):
             items = [e for t, e in split["test"] if task in ("all", t)]
-            res = evaluate_spans(items, [fn(e.features) for e in items], thr, n_bootstrap=n_boot)
+            res = evaluate_spans(items, [fn(e.features) for e in items], thr, n_bootstrap=n_boot, gap=gap)
             row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
             out["results"].append({"method": name, "task": task, **row})
     return out

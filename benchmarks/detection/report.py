@@ -230,8 +230,12 @@ def localisation_markdown(loc: dict) -> str:
     ]
     return (
         _md(head, body)
-        + f"\nToken probe: C = {loc['fit']['C']}, val. token AUROC {loc['fit']['val_token_auroc']:.3f}, "
-        f"{loc['n_features']} features per token.\n"
+        + "".join(
+            f"\n{name}: C = {f['C']}, val. token AUROC {f['val_token_auroc']:.3f}, window {f['window']}, "
+            f"smoothing {f['smooth']}, gap {f['gap']} (all chosen on validation)."
+            for name, f in loc["fit"].items()
+        )
+        + f"\n\n{loc['n_features']} features per token before the context view.\n"
     )
 
 

@@ -89,12 +89,15 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
         examples.append(
             TokenExample(feats, token_offsets(ext.tokenizer, it.answer, ids[start:]), gold, it.id)
         )
-    probe = fit_token_probe(examples[:6], examples[6:])
+    # a neighbourhood view, smoothing and gap merging, all saved with the detector
+    probe = fit_token_probe(examples[:6], examples[6:], windows=(2,), smooths=(1,), gaps=(2,))
+    assert (probe.window, probe.smooth, probe.gap) == (2, 1, 2)
     Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
     for field in ("mean", "scale", "coef"):
         np.testing.assert_array_equal(getattr(loaded.token_probe, field), getattr(probe, field))
     assert (loaded.token_probe.threshold, loaded.token_probe.C) == (probe.threshold, probe.C)
+    assert (loaded.token_probe.window, loaded.token_probe.smooth, loaded.token_probe.gap) == (2, 1, 2)
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
