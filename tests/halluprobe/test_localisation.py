@@ -53,19 +53,19 @@ PLAIN = {"windows": (0,), "smooths": (0,), "gaps": (0,)}
 """The plain token probe: the token's own features, no smoothing, no gap merging."""
 
 
+def _example(gold_tokens, signal, rng, width, group, strength=2.0, noise=1.0):
+    """Tokens of ``width`` characters; feature 0 is ``strength`` on ``signal`` tokens plus noise."""
+    a = len(gold_tokens)
+    feats = np.stack([signal * strength + rng.normal(0, noise, a), rng.normal(size=a)], 1)
+    offsets = np.stack([np.arange(a) * width, np.arange(a) * width + width], 1)
+    return TokenExample(feats.astype(np.float32), offsets, np.repeat(gold_tokens, width), group)
+
+
 def _synthetic(n, rng, noise=1.0):
     out = []
     for i in range(n):
-        a = 6
-        gold_tokens = rng.random(a) < 0.3
-        feats = np.stack([gold_tokens * 2.0 + rng.normal(0, noise, a), rng.normal(size=a)], 1).astype(
-            np.float32
-        )
-        offsets = np.stack([np.arange(a) * 4, np.arange(a) * 4 + 4], 1)
-        gold = np.zeros(a * 4, dtype=bool)
-        for t in np.flatnonzero(gold_tokens):
-            gold[t * 4 : t * 4 + 4] = True
-        out.append(TokenExample(feats, offsets, gold, f"g{i // 2}"))
+        gold_tokens = rng.random(6) < 0.3
+        out.append(_example(gold_tokens, gold_tokens, rng, 4, f"g{i // 2}", noise=noise))
     return out
 
 
@@ -171,16 +171,11 @@ def _spotty(n, rng):
     """Hallucinated runs of 4 tokens whose middle tokens carry no signal of their own."""
     out = []
     for i in range(n):
-        a = 24
-        lab = np.zeros(a, bool)
+        lab = np.zeros(24, bool)
         if i % 2 == 0:
-            s0 = int(rng.integers(0, a - 4))
+            s0 = int(rng.integers(0, 20))
             lab[s0 : s0 + 4] = True
-        sig = lab & (rng.random(a) < 0.5)
-        feats = np.stack([sig * 3.0 + rng.normal(0, 0.5, a), rng.normal(size=a)], 1).astype(np.float32)
-        offsets = np.stack([np.arange(a) * 3, np.arange(a) * 3 + 3], 1)
-        gold = np.repeat(lab, 3)
-        out.append(TokenExample(feats, offsets, gold, f"g{i}"))
+        out.append(_example(lab, lab & (rng.random(24) < 0.5), rng, 3, f"g{i}", strength=3.0, noise=0.5))
     return out
 
 
