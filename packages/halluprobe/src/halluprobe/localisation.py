@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,6 +46,7 @@ __all__ = [
     "SpanResult",
     "TokenExample",
     "TokenProbe",
+    "TokenStore",
     "char_mask",
     "choose_decoding",
     "choose_span_threshold",
@@ -524,3 +526,34 @@ def fit_and_evaluate(
     test = splits["test"]
     scores = [probe.decision_function(e.features) for e in test]
     return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap, gap=probe.gap)
+
+
+@dataclass(frozen=True)
+class TokenStore:
+    """A folder of per-answer token data (`token_features` as float16, `token_offsets`), one ``.npz`` each.
+
+    Written during extraction (`halluprobe.ProxyExtractor`'s ``token_store``), read back as
+    `TokenExample` objects with the answer's annotated characters.
+    """
+
+    root: Path
+    """The folder."""
+
+    def path(self, example_id: str) -> Path:
+        """Where the data of one example lives (a hash of its id)."""
+        import hashlib
+
+        return Path(self.root) / (hashlib.sha1(example_id.encode()).hexdigest()[:20] + ".npz")
+
+    def write(self, example_id: str, features: np.ndarray, offsets: np.ndarray) -> None:
+        """Store one answer's ``[A, F]`` features (as float16) and ``[A, 2]`` offsets, atomically."""
+        from halubench_data.files import atomic_path
+
+        with atomic_path(self.path(example_id)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, feats=np.asarray(features).astype(np.float16), offsets=np.asarray(offsets))
+
+    def example(self, ex) -> TokenExample:
+        """The `TokenExample` of a ``halubench_data.Example`` (float32 features, non-finite values as 0)."""
+        z = np.load(self.path(ex.id))
+        feats = np.nan_to_num(z["feats"].astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+        return TokenExample(feats, z["offsets"], char_mask(ex.spans, len(ex.answer)), str(ex.group))
