@@ -171,3 +171,29 @@ def test_localisation_runs_and_tables(tmp_path, two_tasks, record_factory):
     )
     delta = tables.compare_markdown(rows[:2], rows[1:3])
     assert "(gone)" in delta and "(new)" in delta and "(+0.000)" in delta
+
+
+def test_results_page_renders_a_written_folder(tmp_path, two_tasks, record_factory):
+    from halluprobe.results_page import render
+
+    with pytest.raises(FileNotFoundError, match=r"main\.csv"):
+        render(tmp_path)
+    ds = two_tasks[0]
+    recs = suite.split_records(_store([ds], record_factory), ds)
+    run = suite.evaluate_dataset(ds, recs, list(range(8)), LOGIT_STAT_NAMES, feature_sets=SETS,
+                                 n_bootstrap=20, n_paired=100)  # fmt: skip
+    rng = np.random.default_rng(6)
+    split = {s: _tokens(rng, n, "a") for s, n in (("train", 30), ("validation", 15), ("test", 15))}
+    loc = suite.localisation_runs(split, 1, ["a"], n_bootstrap=10)
+    extract = {"device": "cpu", "examples_computed": 3, "seconds_per_example": 0.5, "batch_size": 2}
+    tests = suite.grouped_tests(run.tests)
+    tables.write_outputs(tmp_path, {ds.name: run}, tests, [], loc, None, extract, None, proxy="tiny")
+    page = render(tmp_path)
+    rows = tables.read_csv(tmp_path / "main.csv")
+    assert tables.main_markdown(rows) in page and "## Paired tests" in page
+    best = max(rows, key=lambda r: r["auroc"])
+    assert f"task_a {best['method']} {best['auroc']:.3f}" in page
+    plain = next(r for r in loc["results"] if r["method"] == suite.PLAIN_NAME and r["task"] == "all")
+    verdict = "met" if plain["token_auroc"] >= 0.82 else "missed"
+    assert f"| {suite.PLAIN_NAME} | {plain['token_auroc']:.3f} ({verdict}) |" in page
+    assert "window 0, smoothing 0, gap 0" in page and "0.589" in page

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from halubench_data import Dataset
+from halubench_data.schema import SPLITS
 
 from halluprobe.evaluation import (
     DatasetEvaluation,
@@ -61,7 +63,6 @@ TRANSFER_SETS = ("A7", "A64", "H64", "L9", "A64H64", "ALL")
 """Probes evaluated out of their fitting task."""
 TEXT_ONLY_NAMES = {"length": "text-only length", "tfidf": "text-only TF-IDF"}
 """Row names of ``halubench_data.text_only_scores``' baselines."""
-SPLITS = ("train", "validation", "test")
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,15 @@ class DatasetRun:
     """Raw paired tests of this dataset (`dataset_tests`; Holm across datasets: `grouped_tests`)."""
 
 
-def split_records(load: Callable[[list[str]], list], ds) -> dict[str, list]:
+def split_records(load: Callable[[list[str]], list], ds: Dataset) -> dict[str, list]:
     """``{split: records}`` of a ``halubench_data.Dataset``; ``load`` maps example ids to records."""
     return {s: load([e.id for e in ds.split(s).examples]) for s in SPLITS}
 
 
-def split_labels(ds) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+def split_labels(ds: Dataset) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
     """``({split: labels int64}, {split: groups as strings})`` of a ``halubench_data.Dataset``."""
-    lab, grp = {}, {}
+    lab: dict[str, np.ndarray] = {}
+    grp: dict[str, list[str]] = {}
     for s in SPLITS:
         part = ds.split(s)
         lab[s], grp[s] = np.asarray(part.labels, dtype=np.int64), [str(g) for g in part.groups]
@@ -102,7 +104,7 @@ def _probability(fit: ProbeFit) -> Callable[[list], np.ndarray]:
 
 
 def evaluate_dataset(
-    ds, records: Mapping[str, list], order: list[int], logit_names: Sequence[str], *,
+    ds: Dataset, records: Mapping[str, list], order: list[int], logit_names: Sequence[str], *,
     extra: Sequence[MethodScores] = (), feature_sets: Sequence[str] = FEATURE_SETS, n_bootstrap: int = 10_000,
     n_paired: int = 100_000,
 ) -> DatasetRun:  # fmt: skip
@@ -218,7 +220,7 @@ def cross_task(
 
 
 def pooled_transfer(
-    pooled, targets: Mapping[str, Any], load: Callable[[list[str]], list], order: list[int],
+    pooled: Dataset, targets: Mapping[str, Any], load: Callable[[list[str]], list], order: list[int],
     logit_names: Sequence[str], *, judge: Mapping[str, Any] | None = None, n_bootstrap: int = 2_000,
     feature_sets: Sequence[str] = TRANSFER_SETS,
 ) -> list[TransferResult]:  # fmt: skip

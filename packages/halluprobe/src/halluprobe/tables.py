@@ -234,7 +234,7 @@ def localisation_markdown(rows: Sequence[Mapping[str, Any]], fits: Mapping[str, 
         f"smoothing {f['smooth']}, gap {f['gap']}, threshold {f['threshold']:.4g}."
         for name, f in fits.items()
     )
-    return _md(head, body) + "\nChosen on validation:\n" + chosen + "\n"
+    return _md(head, body) + ("\nChosen on validation:\n" + chosen + "\n" if fits else "")
 
 
 def cost_markdown(cost: Mapping[str, Any] | None, extract: Mapping[str, Any] | None) -> str:
@@ -316,6 +316,8 @@ def write_outputs(
     sel: dict[str, Any] = {
         d: {"feature_sets": r.selection, "best_probe_by_validation": r.best_probe} for d, r in runs.items()
     }
+    if localisation:
+        sel["localisation"] = localisation["fit"]
     if judge:
         names = {"template": "template", "mean_validation_auroc": "mean_auroc", "aurocs": "aurocs"}
         sel["judge"] = {k: judge[j] for k, j in names.items()}
