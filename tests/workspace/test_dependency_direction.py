@@ -89,3 +89,42 @@ def test_checker_reports_a_kernel_third_party_import(tmp_path):
     (pkg / "__init__.py").write_text("import os\nimport torch\nimport transformers\n")
     expected = ["flashstats_kernels/__init__.py imports third-party transformers"]
     assert violations(tmp_path, "flashstats_kernels") == expected
+
+
+def private_cross_op_imports(ops_root: Path) -> list[str]:
+    """``ops/<op>/*.py`` importing an underscore name of another op (shared helpers: ``ops/_*.py``)."""
+    found = []
+    for path in sorted(ops_root.glob("*/*.py")):
+        own = path.parent.name
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module):
+                continue
+            parts = node.module.split(".")
+            if (
+                parts[:2] != ["flashstats_kernels", "ops"]
+                or len(parts) < 3
+                or parts[2] in (own,)
+                or parts[2][0] == "_"
+            ):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    found.append(f"{path.relative_to(ops_root)} imports {node.module}.{alias.name}")
+    return found
+
+
+def test_no_op_imports_another_ops_private_names():
+    ops_root = ROOT / "packages" / "flashstats-kernels" / "src" / "flashstats_kernels" / "ops"
+    assert private_cross_op_imports(ops_root) == []
+
+
+def test_checker_reports_a_private_cross_op_import(tmp_path):
+    (tmp_path / "decode").mkdir()
+    (tmp_path / "decode" / "fused.py").write_text(
+        "from flashstats_kernels.ops._fused import lookup\n"
+        "from flashstats_kernels.ops.decode.naive import _own\n"
+        "from flashstats_kernels.ops.forward.fused import _fwd_range, forward_triton\n"
+    )
+    assert private_cross_op_imports(tmp_path) == [
+        "decode/fused.py imports flashstats_kernels.ops.forward.fused._fwd_range"
+    ]

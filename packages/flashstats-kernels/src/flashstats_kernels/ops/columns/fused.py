@@ -17,141 +17,21 @@ import triton
 import triton.language as tl
 
 from flashstats_kernels._problem import Varlen
-from flashstats_kernels.ops.forward.fused import (
-    _TUNE_KEY,
-    _configs,
-    _load_tile,
-    _mma_cast,
-    _packed_sequence,
-    _scores_log2,
+from flashstats_kernels.ops._fused import (
+    TUNE_KEY,
+    col_range,
     d_class,
     interpreting,
     launch_geometry,
     launch_sequences,
+    load_tile,
+    mma_cast,
+    packed_sequence,
     pinned_config,
     size_class,
+    tune_configs,
 )
 from flashstats_kernels.types import ColumnStats
-
-
-@triton.jit
-def _exp2_fma(x):
-    """``2^x`` for ``x <= 0`` on the FMA pipes instead of the special-function unit (as FlashAttention-4).
-
-    ``x = n + f`` with ``n = floor(x)``; a degree-5 polynomial gives ``2^f`` on ``[0, 1)`` (fit to 1.7e-7
-    relative, within 4 ulp of fp32 after rounding), and ``n`` is added to the exponent bits. Below ``-126``
-    (weights under 1.2e-38, and ``-inf``) the result is 0, as the flush-to-zero hardware exponential gives.
-    """
-    x = tl.maximum(x, -127.0)
-    n = tl.floor(x)
-    f = x - n
-    p = 0.0018753765720574177 * f + 0.008987259186205465
-    p = p * f + 0.05583596542890105
-    p = p * f + 0.24014649504445698
-    p = p * f + 0.693154737975131
-    p = p * f + 0.9999998342756796
-    bits = p.to(tl.int32, bitcast=True) + (n.to(tl.int32) << 23)
-    return tl.where(x >= -126.0, bits.to(tl.float32, bitcast=True), 0.0)
-
-
-@triton.jit
-def _col_tile(
-    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
-    b_sum, b_cnt,
-    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
-    EXP_FMA: tl.constexpr,
-):  # fmt: skip
-    """Add the weights of one response query tile to the column accumulators of the key tile.
-
-    Interior tiles (``MASKED`` off) hold only counted rows that see every key of the key tile.
-    ``EXP_FMA`` takes the exponentials on the FMA pipes (`_exp2_fma`) instead of the MUFU.
-    """
-    o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
-    m_m = o_m < R
-    pos_q = L - R + o_m  # [BM]
-    p_q = p_q0 + o_m[:, None] * sqm + o_d[None, :] * sqd
-    b_q = _mma_cast(_load_tile(p_q, m_m, m_d, MASKED, not EVEN_D), MMA)  # [BM, BD]
-    b_s = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM] raw <k, q>
-    if MASKED:
-        b_lse2 = tl.load(Lse_bh + o_m, mask=m_m, other=float("-inf")) * 1.4426950408889634  # [BM]
-    else:
-        b_lse2 = tl.load(Lse_bh + o_m) * 1.4426950408889634
-    if HAS_SOFTCAP:
-        b_u = _scores_log2(b_s, scale, softcap, HAS_SOFTCAP) - b_lse2[None, :]
-    else:
-        b_u = b_s * c2 - b_lse2[None, :]
-    if MASKED:
-        counted = m_m & (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
-        if HAS_MASK:
-            counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
-        vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
-        if HAS_WINDOW:
-            vis = vis & (o_n[:, None] > pos_q[None, :] - window)
-        b_u = tl.where(vis, b_u, float("-inf"))
-        if COUNT:
-            b_cnt += tl.sum(vis.to(tl.int32), 1)
-    if EXP_FMA:
-        b_p = _exp2_fma(b_u)
-    else:
-        b_p = tl.exp2(b_u)
-    return b_sum + tl.sum(b_p, 1), b_cnt
-
-
-@triton.jit
-def _col_step(
-    start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
-    b_sum, b_cnt,
-    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
-    SPLIT_EXP: tl.constexpr,
-):  # fmt: skip
-    """One query tile; with ``SPLIT_EXP`` as two half tiles, the first on the MUFU, the second on FMAs."""
-    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
-    a = (b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window)
-    if SPLIT_EXP:
-        b_sum, b_cnt = _col_tile(
-            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-            BLOCK_M // 2, False,
-        )  # fmt: skip
-        b_sum, b_cnt = _col_tile(
-            start_m + BLOCK_M // 2, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP,
-            HAS_WINDOW, MMA, BLOCK_M // 2, True,
-        )  # fmt: skip
-    else:
-        b_sum, b_cnt = _col_tile(
-            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
-            False,
-        )  # fmt: skip
-    return b_sum, b_cnt
-
-
-@triton.jit
-def _col_range(
-    lo, hi, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window,
-    b_sum, b_cnt,
-    MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
-    BLOCK_M: tl.constexpr, SPLIT_EXP: tl.constexpr,
-):  # fmt: skip
-    """Run `_col_step` over the query tiles ``lo, lo + BLOCK_M, ... < hi``."""
-    if WHILE:  # the interpreter cannot take runtime loop bounds in range()
-        start_m = lo
-        while start_m < hi:
-            b_sum, b_cnt = _col_step(
-                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
-                softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-                BLOCK_M, SPLIT_EXP,
-            )  # fmt: skip
-            start_m += BLOCK_M
-    else:
-        for start_m in range(lo, hi, BLOCK_M):
-            b_sum, b_cnt = _col_step(
-                start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale,
-                softcap, window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-                BLOCK_M, SPLIT_EXP,
-            )  # fmt: skip
-    return b_sum, b_cnt
 
 
 @triton.jit(do_not_specialize=["R", "L", "window", "size_class"])
@@ -174,7 +54,7 @@ def _columns_kernel(
     if VARLEN:  # the tensors are [1, H, T, D], the LSE [1, Hq, TQ], the outputs [1, Hq, TK]
         Lse_bh = Lse + i_h * R
         o_col0 = i_h * L
-        q0, R, k0, L = _packed_sequence(Seq, i_b)
+        q0, R, k0, L = packed_sequence(Seq, i_b)
         Lse_bh += q0
         o_col0 += k0
         i_t = 0
@@ -186,7 +66,7 @@ def _columns_kernel(
     m_d = o_d < D
     EVEN_D: tl.constexpr = D == BLOCK_D
     p_k = K + i_t * skb + (i_h // GROUP) * skh + (k0 + o_n[:, None]) * skn + o_d[None, :] * skd
-    b_k = _mma_cast(_load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
+    b_k = mma_cast(load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
     p_km = KeyMask + i_t * smb + k0
     keep_k = m_n
     if HAS_MASK:
@@ -204,7 +84,7 @@ def _columns_kernel(
         hi = R
         if HAS_WINDOW:
             hi = tl.minimum(tl.maximum(i_n * BLOCK_N + BLOCK_N - 1 + window - (L - R), 0), R)
-        b_sum, b_cnt = _col_range(
+        b_sum, b_cnt = col_range(
             lo, hi, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap,
             window, b_sum, b_cnt, True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
             SPLIT_EXP,
@@ -215,17 +95,17 @@ def _columns_kernel(
         first = tl.maximum(i_n * BLOCK_N + BLOCK_N - 1, plen) - (L - R)  # first row that sees every key
         mid = tl.minimum(tl.maximum((first + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo), R)
         full = tl.maximum(R // BLOCK_M * BLOCK_M, mid)
-        b_sum, b_cnt = _col_range(
+        b_sum, b_cnt = col_range(
             lo, mid, *a, b_sum, b_cnt,
             True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
             SPLIT_EXP,
         )  # fmt: skip
-        b_sum, b_cnt = _col_range(
+        b_sum, b_cnt = col_range(
             mid, full, *a, b_sum, b_cnt,
             False, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
             SPLIT_EXP,
         )  # fmt: skip
-        b_sum, b_cnt = _col_range(
+        b_sum, b_cnt = col_range(
             full, R, *a, b_sum, b_cnt,
             True, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M,
             SPLIT_EXP,
@@ -249,8 +129,8 @@ _COLUMN_TABLES = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head-dim cla
 @functools.cache
 def _tuned_columns(dc: int):
     """The key-major kernel autotuned over the candidates of one head-dim class (built on first use)."""
-    configs = _configs(_COLUMN_TABLES[dc], ("BLOCK_M", "BLOCK_N"))
-    return triton.autotune(configs, key=[*_TUNE_KEY, "SPLIT_EXP"])(_columns_kernel)
+    configs = tune_configs(_COLUMN_TABLES[dc], ("BLOCK_M", "BLOCK_N"))
+    return triton.autotune(configs, key=[*TUNE_KEY, "SPLIT_EXP"])(_columns_kernel)
 
 
 def split_exp() -> bool:

@@ -15,33 +15,15 @@ import triton
 import triton.language as tl
 
 from flashstats_kernels._problem import Varlen
-from flashstats_kernels.ops.forward.fused import (
-    _packed_sequence,
-    _scores_log2,
+from flashstats_kernels.ops._fused import (
     interpreting,
     launch_geometry,
     launch_sequences,
+    lookup,
+    packed_sequence,
     row_buffers,
 )
 from flashstats_kernels.types import LookupStats
-
-
-@triton.jit
-def _lookup(
-    b_q, p_k0, p_km, pos_k, pos_q, valid, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
-    HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-):  # fmt: skip
-    """``log2 p`` of key ``pos_k[r]`` for each row ``r`` (``-inf`` where the key is not visible)."""
-    # [BM]; a NaN row (lse NaN) keeps its keys visible, so its lookups are NaN
-    vis = valid & (pos_k >= 0) & (pos_k < L) & (pos_k <= pos_q) & (b_lse2 != float("-inf"))
-    if HAS_WINDOW:
-        vis = vis & (pos_k > pos_q - window)
-    if HAS_MASK:
-        vis = vis & (tl.load(p_km + pos_k, mask=vis, other=0) != 0)
-    p_k = p_k0 + pos_k[:, None] * skn + o_d[None, :] * skd
-    b_k = tl.load(p_k, mask=vis[:, None] & m_d[None, :], other=0.0).to(tl.float32)  # [BM, BD]
-    b_s = _scores_log2(tl.sum(b_q * b_k, 1), scale, softcap, HAS_SOFTCAP)  # [BM]
-    return tl.where(vis, b_s - b_lse2, float("-inf"))
 
 
 @triton.jit
@@ -60,7 +42,7 @@ def _lookups_kernel(
     q0, k0, i_t = 0, 0, i_b  # first row and key of the sequence, its batch index in the tensors
     if VARLEN:  # the tensors are [1, H, T, D] and the outputs [1, Hq, TQ] (R = TQ, L = TK)
         o_row0 = i_h * R
-        q0, R, k0, L = _packed_sequence(Seq, i_b)
+        q0, R, k0, L = packed_sequence(Seq, i_b)
         o_row0 += q0
         i_t = 0
         if i_m * BLOCK_M >= R:
@@ -78,12 +60,12 @@ def _lookups_kernel(
     b_lse2 = tl.load(Lse + o_row, mask=m_m, other=float("-inf")) * 1.4426950408889634  # [BM]
     plen = tl.load(PromptLen + i_b)
 
-    b_d = _lookup(
+    b_d = lookup(
         b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
         HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
     )  # fmt: skip
     tl.store(Diag + o_row, tl.maximum(b_d * 0.6931471805599453, log_eps), mask=m_m)
-    b_pv = _lookup(
+    b_pv = lookup(
         b_q, p_k0, p_km, pos_q - 1, pos_q, m_m & (pos_q > plen), b_lse2, L, skn, skd, o_d, m_d, scale,
         softcap, window, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
     )  # fmt: skip
@@ -112,7 +94,7 @@ def _sink(
 ):  # fmt: skip
     """Weight of one sink position (shared by the rows of the tile) on every row."""
     pos_k = tl.zeros_like(pos_q) + tl.load(p_pos)  # [BM]
-    b_w = _lookup(
+    b_w = lookup(
         b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, L, skn, skd, o_d, m_d, scale, softcap, window,
         HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
     )  # fmt: skip
