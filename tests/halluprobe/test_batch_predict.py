@@ -182,14 +182,14 @@ def test_token_examples_align_features_offsets_and_gold(ext):
         assert ex.labels.tolist() == [1, 1, 1] + [0] * (len(it.answer) - 3) and ex.group == f"g{b}"
 
 
-def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, tmp_path):
+def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, char_extractor, tmp_path):
     from types import SimpleNamespace
 
     from halluprobe.localisation import TokenStore
     from halubench_data import Span
 
     store = TokenStore(tmp_path / "tokens")
-    ext = CharExtractor(char_llama, CharTokenizer(), token_store=store)
+    ext = char_extractor(char_llama, token_store=store)
     items, encoded, fs, recs = _examples(ext, TRIPLES[:2])
     got = ext(items)  # records as without a store, and one token file per answer
     for a, b in zip(got, recs, strict=True):
