@@ -290,9 +290,8 @@ def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]
                 _sync(device)
         events = prof.key_averages()
         attr = "device_time_total" if device == "cuda" else "cpu_time_total"
-        kernels = (
-            [e for e in events if getattr(e, "self_device_time_total", 0) > 0] if device == "cuda" else []
-        )
+        # kernels only: an operator's self device time repeats the time of the kernels it launched
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
         totals[provider] = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
         tables.append(
             f"== {provider}: {totals[provider]:.3f} device ms per step\n"
