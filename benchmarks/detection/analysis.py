@@ -143,7 +143,7 @@ def _inputs(data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int)
 
 
 def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paired: int = 100_000) -> None:
-    """The whole analysis; writes ``out`` (tables, plots, JSON) before and again after cross-task transfer."""
+    """The whole analysis into ``out``, written after the fits, after the transfer and after the localisation."""
     from halluprobe import suite
     from halluprobe.tables import write_outputs
 
@@ -157,25 +157,32 @@ def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paire
         jobs.append(("loc", max(200, n_boot // 50)))
     _INPUTS[:] = [_inputs(Path(data_dir), Path(work), n_boot, n_paired, len(jobs))]
     inp = _INPUTS[0]
-    cpus = os.cpu_count() or 1
-    if cpus > 1 and len(jobs) > 1:
-        with get_context("fork").Pool(min(len(jobs), cpus)) as pool:
-            got = dict(zip(jobs, pool.map(_job, jobs, chunksize=1), strict=True))
-    else:
-        got = {j: _job(j) for j in jobs}
-    runs = {n: got["fit", n] for n in names if got["fit", n] is not None}
-    pooled = next((v for (k, _), v in got.items() if k == "pooled"), [])
-    loc = next((v for (k, _), v in got.items() if k == "loc"), None)
-    print("analyze: fitted", ", ".join(runs), flush=True)
-    tests = _guarded("tests", lambda: suite.grouped_tests([t for r in runs.values() for t in r.tests]), ())
-    write_outputs(out, runs, tests, pooled, loc, None, inp.extract, inp.judge, proxy=PROXY)
-
-    def cross_task():
-        return suite.cross_task(
-            runs, inp.datasets, inp.cache.load, data.RAGTRUTH_TASKS, max(1000, n_boot // 5)
-        )
-
-    cross = _guarded("cross-task", cross_task, [])
     cost_path = Path(work) / "cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.exists() else None
-    write_outputs(out, runs, tests, cross + pooled, loc, cost, inp.extract, inp.judge, proxy=PROXY)
+    cpus = os.cpu_count() or 1
+    pool = get_context("fork").Pool(min(len(jobs), cpus)) if cpus > 1 and len(jobs) > 1 else None
+    try:  # the localisation runs longest: the tables are written before it ends, and again after
+        pending = {j: pool.apply_async(_job, (j,)) for j in jobs} if pool else {}
+        got = {j: pending[j].get() if pool else _job(j) for j in jobs if j[0] != "loc"}
+        runs = {n: got["fit", n] for n in names if got["fit", n] is not None}
+        pooled = next((v for (k, _), v in got.items() if k == "pooled"), [])
+        print("analyze: fitted", ", ".join(runs), flush=True)
+        tests = _guarded(
+            "tests", lambda: suite.grouped_tests([t for r in runs.values() for t in r.tests]), ()
+        )
+        write_outputs(out, runs, tests, pooled, None, cost, inp.extract, inp.judge, proxy=PROXY)
+
+        def cross_task():
+            return suite.cross_task(
+                runs, inp.datasets, inp.cache.load, data.RAGTRUTH_TASKS, max(1000, n_boot // 5)
+            )
+
+        transfers = _guarded("cross-task", cross_task, []) + pooled
+        write_outputs(out, runs, tests, transfers, None, cost, inp.extract, inp.judge, proxy=PROXY)
+        loc_job = next((j for j in jobs if j[0] == "loc"), None)
+        if loc_job is not None:
+            loc = pending[loc_job].get() if pool else _job(loc_job)
+            write_outputs(out, runs, tests, transfers, loc, cost, inp.extract, inp.judge, proxy=PROXY)
+    finally:
+        if pool is not None:
+            pool.terminate()
