@@ -143,7 +143,7 @@ def _inputs(data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int)
 
 
 def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paired: int = 100_000) -> None:
-    """The whole analysis into ``out``, written after the fits, after the transfer and after the localisation."""
+    """The whole analysis into ``out``, written after the fits, the transfer and the localisation."""
     from halluprobe import suite
     from halluprobe.tables import write_outputs
 
