@@ -44,4 +44,6 @@ def test_model_compiles_fullgraph_with_inductor_on_cuda(helpers, kind):
     with torch.no_grad():
         explain = torch._dynamo.explain(forward)(ids, mask)
         assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
-        torch.testing.assert_close(torch.compile(forward, fullgraph=True)(ids, mask), forward(ids, mask))
+        got, want = torch.compile(forward, fullgraph=True)(ids, mask), forward(ids, mask)
+    # Inductor fuses the norms, MLPs and SDPA's neighbours: float32 rounding differs (2.3e-5 on the H200)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
