@@ -76,24 +76,68 @@ def packed_sequence(Seq, i_b):
 
 
 @triton.jit
+def _qk(b_q, p_k0, o_n, m_n, o_d, m_d, skn, skd, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+        MMA: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+    """Raw scores ``<q, k>`` of a key tile: one ``tl.dot``, or a head part plus a tail part (``SPLIT``).
+
+    With ``SPLIT`` the head dim is cut into a power-of-two head (``b_q[0]``, never masked) and a narrow
+    tail (``b_q[1]``, masked unless ``EVEN_D``): two accumulating ``tl.dot`` calls instead of one over
+    zero padding (d = 80 runs 64 + 16 columns, not 128).
+    """
+    if SPLIT:
+        p_kh = p_k0 + o_d[0][:, None] * skd + o_n[None, :] * skn
+        b_s = tl.dot(
+            b_q[0], mma_cast(load_tile(p_kh, m_d[0], m_n, False, MASKED), MMA), input_precision="ieee"
+        )
+        p_kt = p_k0 + o_d[1][:, None] * skd + o_n[None, :] * skn
+        b_kt = mma_cast(load_tile(p_kt, m_d[1], m_n, not EVEN_D, MASKED), MMA)
+        b_s = tl.dot(b_q[1], b_kt, b_s, input_precision="ieee")
+    else:
+        b_kt = mma_cast(
+            load_tile(p_k0 + o_d[:, None] * skd + o_n[None, :] * skn, m_d, m_n, not EVEN_D, MASKED), MMA
+        )
+        b_s = tl.dot(b_q, b_kt, input_precision="ieee")  # [BM, BN]
+    return b_s
+
+
+@triton.jit
+def _pv(b_p, b_acc, alpha, p_v0, o_n, m_n, o_d, m_d, svn, svd, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+        MMA: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+    """``acc <- alpha acc + P V`` for one key tile (a head and a tail accumulator with ``SPLIT``)."""
+    if SPLIT:
+        p_vh = p_v0 + o_n[:, None] * svn + o_d[0][None, :] * svd
+        b_v = mma_cast(load_tile(p_vh, m_n, m_d[0], MASKED, False), MMA)
+        b_pc = b_p.to(b_v.dtype)
+        b_acc_h = tl.dot(b_pc, b_v, b_acc[0] * alpha[:, None], input_precision="ieee")  # [BM, BDH]
+        p_vt = p_v0 + o_n[:, None] * svn + o_d[1][None, :] * svd
+        b_vt = mma_cast(load_tile(p_vt, m_n, m_d[1], MASKED, not EVEN_D), MMA)
+        b_acc_t = tl.dot(b_pc, b_vt, b_acc[1] * alpha[:, None], input_precision="ieee")  # [BM, BDT]
+        b_acc = (b_acc_h, b_acc_t)
+    else:
+        b_v = mma_cast(
+            load_tile(p_v0 + o_n[:, None] * svn + o_d[None, :] * svd, m_n, m_d, MASKED, not EVEN_D), MMA
+        )
+        b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
+    return b_acc
+
+
+@triton.jit
 def fwd_tile(
     start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, BLOCK_N: tl.constexpr,
+    MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
     """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
 
     ``PM`` says how the tile adds to the prompt mass: 0 no key is a prompt key, 1 every key is, 2 test
     each key. ``COUNT`` counts visible keys (only needed with a key mask; otherwise ``n`` is known).
+    With ``SPLIT``, ``b_q``, ``o_d``, ``m_d`` and ``b_acc`` are (head, tail) pairs (see `_qk`).
     """
     o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
     m_n = o_n < L
-    b_kt = mma_cast(
-        load_tile(p_k0 + o_d[:, None] * skd + o_n[None, :] * skn, m_d, m_n, not EVEN_D, MASKED), MMA
-    )
-    b_s = tl.dot(b_q, b_kt, input_precision="ieee")  # [BM, BN] raw <q, k>
+    b_s = _qk(b_q, p_k0, o_n, m_n, o_d, m_d, skn, skd, EVEN_D, MASKED, MMA, SPLIT)  # [BM, BN] raw <q, k>
     if HAS_SOFTCAP:
         b_s = scores_log2(b_s, scale, softcap, HAS_SOFTCAP)  # log2 units
     if MASKED:
@@ -125,10 +169,7 @@ def fwd_tile(
         if COUNT:
             b_n += tl.sum(vis.to(tl.int32), 1)
     b_l = alpha * b_l + b_ps
-    b_v = mma_cast(
-        load_tile(p_v0 + o_n[:, None] * svn + o_d[None, :] * svd, m_n, m_d, MASKED, not EVEN_D), MMA
-    )
-    b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
+    b_acc = _pv(b_p, b_acc, alpha, p_v0, o_n, m_n, o_d, m_d, svn, svd, EVEN_D, MASKED, MMA, SPLIT)
     return b_mx_new, b_l, b_acc, b_a, b_q2, b_pm, b_n
 
 
@@ -138,7 +179,7 @@ def fwd_range(
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
+    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
     """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
@@ -147,7 +188,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
             )  # fmt: skip
             start_n += BLOCK_N
     else:
@@ -155,7 +196,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
 
