@@ -21,6 +21,9 @@ from flashstats_kernels._problem import Varlen
 
 _MMA_NATIVE, _MMA_FP16, _MMA_FP32 = 0, 1, 2
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2)
+# How T1's entropy term ignores zero weights (read once, at import; a benchmark switch): ``p * max(u, -200)``
+# (default: one instruction per score) or ``p * where(p > 0, u, 0)`` (``FLASHSTATS_T1_GUARD=select``, two).
+_T1_SELECT = tl.constexpr(os.environ.get("FLASHSTATS_T1_GUARD") == "select")
 
 
 @triton.jit
@@ -157,7 +160,12 @@ def fwd_tile(
     b_p = tl.exp2(b_u)  # [BM, BN], 0 where not visible
     b_ps = tl.sum(b_p, 1)
     if ROWS:
-        b_u = tl.where(b_p > 0.0, b_u, 0.0)  # invisible keys and -inf scores: 0 log 0 = 0
+        # invisible keys and -inf scores (p = 0, u = -inf): 0 log 0 = 0. Where p > 0, u >= -150 (exp2
+        # underflows to 0 below it), so clamping u at -200 changes no term and costs one max per score.
+        if _T1_SELECT:
+            b_u = tl.where(b_p > 0.0, b_u, 0.0)
+        else:
+            b_u = tl.maximum(b_u, -200.0)
         b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
         b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
         if PM == 0:
