@@ -52,9 +52,9 @@ def compile_all() -> None:
                          MMA=0, WHILE=False, VARLEN=False, BLOCK_M=64, BLOCK_N=64,
                          BLOCK_D=block_d, BLOCK_DT=0)  # fmt: skip
             _compile(_fwd_kernel, flags, FORWARD_POINTERS)
-    for rows, mask, d, tail in ((False, False, 80, 16), (True, True, 96, 32), (True, False, 72, 16)):
+    for rows, mask, d, tail in ((False, False, 80, 16), (True, True, 96, 32), (True, False, 192, 64)):
         flags = dict(D=d, GROUP=4, HAS_MASK=mask, HAS_SOFTCAP=mask, HAS_WINDOW=not mask, ROWS=rows, MMA=0,
-                     WHILE=False, VARLEN=False, BLOCK_M=128, BLOCK_N=64, BLOCK_D=64,
+                     WHILE=False, VARLEN=False, BLOCK_M=128, BLOCK_N=64, BLOCK_D=d - tail,
                      BLOCK_DT=tail)  # fmt: skip
         _compile(_fwd_kernel, flags, FORWARD_POINTERS)
     for split, window in ((False, False), (True, True)):

@@ -238,21 +238,23 @@ def _tuned_forward(d_class: int):
 def split_head_dim(d: int) -> tuple[int, int]:
     """``(BLOCK_D, BLOCK_DT)`` of the forward: the head dim as one padded block, or a head plus a tail.
 
-    A head dim between powers of two runs as the largest power of two below it plus the narrowest
-    tail (>= 16, ``tl.dot``'s minimum) that covers the rest, when that is narrower than the padded
-    block: d = 80 is 64 + 16 and d = 96 is 64 + 32 (not 128), d = 160 is 128 + 32; d = 112 stays 128.
+    A head dim that is a power of two plus a narrower power of two (>= 16, ``tl.dot``'s minimum) runs as
+    those two blocks instead of one zero-padded block: d = 80 is 64 + 16 and d = 96 is 64 + 32 (not 128),
+    d = 160 is 128 + 32, d = 192 is 128 + 64. Other head dims (72, 112, ...) stay padded: a split with a
+    masked tail passed on the interpreter but gave wrong outputs on the H200 at d = 72 (2026-12-01).
     ``FLASHSTATS_SPLIT_D=0`` (read at call time) turns the split off, to compare the two.
 
     Args:
         d: head dim, 1 to 256.
 
     Returns:
-        ``(block_d, 0)`` for one padded block, or ``(head, tail)`` with ``d <= head + tail``.
+        ``(block_d, 0)`` for one padded block, or ``(head, tail)`` with ``head + tail == d``.
     """
     padded = max(16, triton.next_power_of_2(d))
-    head = max(16, padded // 2)
-    tail = max(16, triton.next_power_of_2(max(1, d - head)))
-    if d <= head or head + tail >= padded or os.environ.get("FLASHSTATS_SPLIT_D") == "0":
+    head = padded // 2
+    tail = d - head
+    exact = head >= 16 and tail >= 16 and tail == triton.next_power_of_2(tail)
+    if not exact or tail == head or os.environ.get("FLASHSTATS_SPLIT_D") == "0":
         return padded, 0
     return head, tail
 
