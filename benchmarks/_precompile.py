@@ -9,8 +9,8 @@ table times it); at a head dim that the forward splits (d = 80, 96) also the pad
 
     python3 _precompile.py WORKERS [D ...] [family:NAME ...]
 
-``FLASHSTATS_PRECOMPILE_CANDIDATES=N`` compiles tuning candidates ``0 .. N-1`` (default 4: all of them;
-1 for benchmarks pinned to candidate 0).
+``FLASHSTATS_PRECOMPILE_CANDIDATES=N`` compiles tuning candidates ``0 .. N-1`` (default 5: all of them,
+the longest table has five; 1 for benchmarks pinned to candidate 0).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def precompile(
 
     Head-dim jobs run first (32 / 8 heads; 16 / 8 too at d = 128), then one job per family and candidate.
     """
-    candidates = int(os.environ.get("FLASHSTATS_PRECOMPILE_CANDIDATES", "4"))
+    candidates = int(os.environ.get("FLASHSTATS_PRECOMPILE_CANDIDATES", "5"))
     jobs: list[tuple] = [
         (d, i, hq, hkv) for d in dims for i in range(candidates) for hq, hkv in HEADS if d == 128 or hq == 32
     ]

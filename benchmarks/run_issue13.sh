@@ -16,7 +16,7 @@ export PYTHONPATH PYTHONUNBUFFERED=1
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
   date -u +%Y-%m-%dT%H:%M:%SZ; } | tee "$R/environment.txt"
 if [ -n "${PRE_JOBS:-}" ]; then
-  cands=${PRE_CANDIDATES:-$([ -z "${PIN-0}" ] && echo 4 || echo 1)}
+  cands=${PRE_CANDIDATES:-$([ -z "${PIN-0}" ] && echo 5 || echo 1)}
   ( cd benchmarks && FLASHSTATS_PRECOMPILE_CANDIDATES=$cands timeout "${PRE_S:-110}" python3 _precompile.py 14 $PRE_JOBS ) > "$R/precompile.log" 2>&1 &
   pre=$!
 fi

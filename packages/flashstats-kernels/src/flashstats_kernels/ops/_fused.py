@@ -436,23 +436,36 @@ def d_class(block_d: int) -> int:
 TUNE_KEY = ["BLOCK_D", "size_class", "HAS_MASK", "HAS_SOFTCAP", "HAS_WINDOW", "MMA", "VARLEN"]
 
 
-def tune_configs(table: tuple[tuple[int, int, int, int], ...], names: tuple[str, str]) -> list[triton.Config]:
-    return [triton.Config({names[0]: a, names[1]: b}, num_warps=w, num_stages=st) for a, b, w, st in table]
+def tune_configs(table: tuple[tuple[int, ...], ...], names: tuple[str, str]) -> list[triton.Config]:
+    """Autotuning configs from ``(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])`` candidates."""
+    return [
+        triton.Config(
+            {names[0]: c[0], names[1]: c[1]},
+            num_warps=c[2],
+            num_stages=c[3],
+            maxnreg=c[4] if len(c) > 4 else None,
+        )
+        for c in table
+    ]
 
 
-def pinned_config(table: tuple[tuple[int, int, int, int], ...]) -> dict[str, int] | None:
+def pinned_config(table: tuple[tuple[int, ...], ...]) -> dict[str, int] | None:
     """The candidate that ``FLASHSTATS_CONFIG_INDEX`` pins (read at call time), or None to autotune.
 
     Pinning skips the tuning benchmarks: the GPU tests pin candidate 0, and the benchmarks' parallel
-    pre-compilation pins each candidate in turn to fill Triton's on-disk cache.
+    pre-compilation pins each candidate in turn to fill Triton's on-disk cache. A candidate's optional
+    fifth entry caps the registers per thread (``maxnreg``).
     """
     index = os.environ.get("FLASHSTATS_CONFIG_INDEX")
     if index is None or index == "":
         return None
     if not index.isdigit():
         raise ValueError(f"FLASHSTATS_CONFIG_INDEX must be a non-negative integer, got {index!r}")
-    bm, bn, warps, stages = table[min(int(index), len(table) - 1)]
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+    c = table[min(int(index), len(table) - 1)]
+    cfg = {"BLOCK_M": c[0], "BLOCK_N": c[1], "num_warps": c[2], "num_stages": c[3]}
+    if len(c) > 4:
+        cfg["maxnreg"] = c[4]
+    return cfg
 
 
 def launch_sequences(

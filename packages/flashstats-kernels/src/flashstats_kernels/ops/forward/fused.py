@@ -222,7 +222,9 @@ def _fwd_kernel(
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates per head-dim class: a short list each, so that
 # tuning one new key costs a few compilations and benchmarks.
 _FORWARD_TABLES = {
-    64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)),
+    # the fifth d = 64 candidate caps T1 at 128 registers (2 CTAs per SM, no spills): T1 / Base 1.32 ->
+    # 1.24-1.26 at 16K-32K, r = 0.3 (benchmarks/results/t1_registers.csv); Base already fits in 128
+    64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 3, 128)),
     128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
     256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
 }
