@@ -125,3 +125,35 @@ def test_search_finds_code_names(site):
     tokens = search_tokens(site)
     missing = {"attnstats", "record_forward", "response_attention", "halluprobe", "graphedrecorder"} - tokens
     assert missing == set()
+
+
+def _rendered_members(site: Path) -> dict[str, list[str]]:
+    """``module.Class`` -> the members rendered under it on the API pages, in page order."""
+    out: dict[str, list[str]] = {}
+    for page in sorted((site / "api").rglob("*.html")):
+        for anchor in re.findall(r'id="((?:flashstats|halu)\w*(?:\.\w+)+)"', page.read_text()):
+            owner, _, member = anchor.rpartition(".")
+            out.setdefault(owner, []).append(member)
+    return out
+
+
+def test_dataclass_fields_render_in_source_order_statistics_first(site):
+    import dataclasses
+    import importlib
+
+    rendered = _rendered_members(site)
+    checked = []
+    for owner, members in rendered.items():
+        module, _, name = owner.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):
+            continue
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            continue
+        fields = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        shown = [m for m in dict.fromkeys(members) if m in fields]
+        assert shown == fields, owner  # every public field, in source order
+        checked.append(owner)
+    assert "flashstats_hf.ForwardStats" in checked and len(checked) >= 10
+    assert rendered["flashstats_hf.ForwardStats"][:3] == ["rows", "lookups", "columns"]

@@ -99,3 +99,54 @@ def char_llama():
     )  # fmt: skip
     cfg._attn_implementation = ATTN_IMPLEMENTATION
     return LlamaForCausalLM(cfg).eval()
+
+
+class CharTokenizer:
+    """One token per ASCII character (the vocabulary of ``char_llama``)."""
+
+    pad_token_id = 0
+
+    def decode(self, ids, *, clean_up_tokenization_spaces):
+        # required: Transformers' BPE tokenizers warn on every decode that leaves it at its default True
+        assert clean_up_tokenization_spaces is False
+        return "".join(chr(i) for i in ids)
+
+
+def _char_extractor_class():
+    from halluprobe.extract import ProxyExtractor
+
+    class CharExtractor(ProxyExtractor):
+        """A ProxyExtractor that encodes ``[BOS] context question answer`` one character per token."""
+
+        def encode(self, ex):
+            prompt = [1] + [ord(c) for c in f"{ex.context} {ex.question} "]
+            ids = prompt + [ord(c) for c in ex.answer]
+            self._lengths[ex.id] = len(ids)
+            return ids, len(prompt)
+
+    return CharExtractor
+
+
+@pytest.fixture(scope="session")
+def char_extractor():
+    """``char_extractor(model, layers=None, hidden_layers=...)``: a character-level ProxyExtractor."""
+    cls = _char_extractor_class()
+    return lambda model, *args, **kwargs: cls(model, CharTokenizer(), *args, **kwargs)
+
+
+@pytest.fixture
+def char_proxy(char_llama, monkeypatch):
+    """Every CLI command runs on ``char_llama`` with character tokens instead of loading SmolLM2.
+
+    Patches the proxy loader (``flashstats_hf.load_model``) and ``halluprobe.extract.ProxyExtractor``,
+    which `halluprobe.cli` and `halluprobe.Detector` look up when they run.
+    """
+    import flashstats_hf
+    import halluprobe.extract
+
+    def load_model(proxy=None, device=None):
+        return char_llama, CharTokenizer()
+
+    monkeypatch.setattr(flashstats_hf, "load_model", load_model)
+    monkeypatch.setattr(halluprobe.extract, "ProxyExtractor", _char_extractor_class())
+    return char_llama

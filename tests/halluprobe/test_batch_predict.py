@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from halluprobe.cli import main
 from halluprobe.detector import Detector
-from halluprobe.extract import ProxyExtractor
 from halluprobe.localisation import TokenExample, fit_token_probe, token_features, token_offsets
 from halluprobe.protocol import fit_blocks, make_blocks
 from halluprobe.records import reduce_forward
@@ -23,24 +22,9 @@ TRIPLES = [
 ]
 
 
-class CharTokenizer:
-    pad_token_id = 0
-
-    def decode(self, ids, clean_up_tokenization_spaces=False):
-        return "".join(chr(i) for i in ids)
-
-
-class CharExtractor(ProxyExtractor):
-    def encode(self, ex):
-        prompt = [1] + [ord(c) for c in f"{ex.context} {ex.question} "]
-        ids = prompt + [ord(c) for c in ex.answer]
-        self._lengths[ex.id] = len(ids)
-        return ids, len(prompt)
-
-
 @pytest.fixture(scope="module")
-def ext(char_llama):
-    return CharExtractor(char_llama, CharTokenizer())
+def ext(char_llama, char_extractor):
+    return char_extractor(char_llama)
 
 
 def _examples(ext, triples):

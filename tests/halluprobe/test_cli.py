@@ -125,3 +125,8 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     assert main(["evaluate", det, "--dataset", str(tmp_path / "edited.jsonl"), "--limit", "4",
                  "--out", str(out)]) == 0  # fmt: skip
     assert len(list((out / "cache").glob("shard-*"))) > len(shards)
+
+
+def test_evaluate_refuses_graphs_rather_than_ignoring_it(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--graphs", "--device", "cpu", "--limit", "4"]) == 2
+    assert "--graphs is not supported by evaluate" in capsys.readouterr().err

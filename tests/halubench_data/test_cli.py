@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,33 @@ def test_build_that_keeps_nothing_exits_2_and_writes_nothing(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "kept no examples" in err and "ragtruth:" in err and not out.exists()
+
+
+def test_every_command_prints_its_documented_json(tmp_path, capsys):
+    from halubench_data.cli import JSON_BASELINES, JSON_BUILD, JSON_STATS
+
+    out = tmp_path / "d.jsonl"
+    assert main(["build", "default", "--out", str(out), "--n-contexts", "20", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == set(JSON_BUILD) and doc["out"] == str(out) and doc["n_examples"] == 120
+    assert sum(c["n"] for c in doc["counts"]) == 120 and doc["report"]["n_kept"] == 120
+    assert main(["stats", str(out), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert set(stats) == set(JSON_STATS) and stats["counts"] == doc["counts"]
+    assert stats["n_groups"] == len({ex.group for ex in read_jsonl(out)})
+    n_test = sum(c["n"] for c in stats["counts"] if c["split"] == "test")
+    assert main(["baselines", str(out), "--n-bootstrap", "50", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) == set(JSON_BASELINES) and set(res["methods"]) == {"length", "tfidf"}
+    tfidf = res["methods"]["tfidf"]
+    assert tfidf["n"] == n_test and tfidf["n_bootstrap"] == 50 and 0 <= tfidf["auroc"] <= 1
+
+
+@pytest.mark.skipif(not (DATA / "ragtruth").is_dir(), reason=f"shared data not found at {DATA}")
+def test_build_json_reports_what_the_builder_kept(tmp_path, capsys):
+    argv = ["build", f"ragtruth:{DATA / 'ragtruth'}", "--out", str(tmp_path / "rt.jsonl"), "--task", "QA",
+            "--model", "llama-2-70b-chat", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    doc = json.loads(printed.out)
+    assert doc["n_examples"] == 137 and doc["report"]["n_kept"] == 137 and "kept 137" in printed.err

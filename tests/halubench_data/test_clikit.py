@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -130,3 +131,155 @@ def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
     assert run.stderr.startswith("halubench-data stats: error: ") and "missing.jsonl" in run.stderr
+
+
+def _json_parser(fields, lines=False):
+    parser = _parser()
+    go = parser._subparsers._group_actions[0].choices["go"]  # noqa: SLF001
+    clikit.add_json_arg(go, fields, lines=lines)
+    return parser
+
+
+def test_json_prints_one_document_and_moves_other_output_to_stderr(capsys):
+    def go(args):
+        print("a stray line from some library")
+        clikit.status("step")
+        clikit.emit("| a table |", {"auroc": float("nan"), "ci": (0.25, 0.75), "path": tmp})
+
+    from pathlib import Path
+
+    tmp = Path("out")
+    parser = _json_parser({"auroc": "AUROC", "ci": "its interval", "path": "where"})
+    assert clikit.run(parser, {"go": go}, ["go", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"auroc": None, "ci": [0.25, 0.75], "path": "out"}
+    assert "a stray line" in err and "step" in err
+    assert clikit.run(parser, {"go": go}, ["go"]) == 0  # without --json: the table, stdout as usual
+    out, err = capsys.readouterr()
+    assert out == "a stray line from some library\n| a table |\n" and err == "step\n"
+    assert not clikit.wants_json()
+
+
+def test_json_output_must_match_the_documented_schema(capsys):
+    parser = _json_parser({"f1": "F1", "auroc": "AUROC"})
+    assert clikit.run(parser, {"go": lambda a: clikit.emit("", {"f1": 0.5})}, ["go", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "missing ['auroc']" in err
+    lines = _json_parser({"event": "kind", "p": "probability", "label": "final label"}, lines=True)
+
+    def stream(args):
+        clikit.emit_json({"event": "tokens", "p": 0.2})
+        clikit.emit_json({"event": "done", "p": 0.3, "label": 0})
+
+    assert clikit.run(lines, {"go": stream}, ["go", "--json"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d["event"] for d in docs] == ["tokens", "done"]  # one object per line
+    bad = {"go": lambda a: clikit.emit_json({"event": "x", "surprise": 1})}
+    assert clikit.run(lines, bad, ["go", "--json"]) == 1
+    assert "undocumented ['surprise']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", CLIS)
+def test_every_command_of_every_cli_offers_documented_json(module):
+    parser = __import__(module, fromlist=["build_parser"]).build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():  # noqa: SLF001
+        schema = sub.get_default("json_schema")
+        assert isinstance(schema, clikit.JsonSchema), f"{module} {name} has no --json"
+        assert schema.fields and all(len(text) > 5 for text in schema.fields.values()), (module, name)
+        assert sub.parse_args(_required_args(sub) + ["--json"]).json is True
+
+
+def _required_args(sub):
+    """Placeholder values for a subcommand's required positionals and options."""
+    argv = []
+    for action in sub._actions:  # noqa: SLF001
+        if not action.option_strings and action.nargs is None:
+            argv.append("x")
+        elif action.required and action.option_strings:
+            argv += [action.option_strings[0], "x"]
+    for group in sub._mutually_exclusive_groups:  # noqa: SLF001
+        if group.required:
+            argv += [group._group_actions[0].option_strings[0], "x"]  # noqa: SLF001
+    return argv
+
+
+def test_no_progress_everywhere_keeps_step_messages(capsys):
+    seen = []
+
+    def go(args):
+        seen.append(clikit.show_progress())
+        clikit.status("step")
+
+    for argv in (["go"], ["go", "--no-progress"], ["--no-progress", "go"], ["go", "--quiet"]):
+        assert clikit.run(_parser(), {"go": go}, argv) == 0
+    assert seen == [True, False, False, False] and capsys.readouterr().err == "step\n" * 3
+    for module in CLIS:
+        parser = __import__(module, fromlist=["build_parser"]).build_parser()
+        for name, sub in parser._subparsers._group_actions[0].choices.items():  # noqa: SLF001
+            assert sub.parse_args(_required_args(sub) + ["--no-progress"]).no_progress, (module, name)
+
+
+PIPE_SCRIPT = """
+import sys
+from halubench_data import clikit
+parser = clikit.make_parser("demo", "d", dist="halubench-data")
+sub = parser.add_subparsers(dest="command", required=True)
+sub.add_parser("lines")
+sub.add_parser("other")
+def lines(args):
+    for i in range(200_000):
+        print(f"line {i}")
+def other(args):
+    raise BrokenPipeError(32, "a broken pipe that is not stdout")
+sys.exit(clikit.run(parser, {"lines": lines, "other": other}))
+"""
+
+
+def _read_one_line_then_close(argv):
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # like `| head -1`
+        err = proc.stderr.read().decode()
+        return first.decode(), proc.wait(), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-c", PIPE_SCRIPT, "lines"], ["-m", "halubench_data.cli", "stats", "default"],
+     ["-m", "halubench_data.cli", "stats", "default", "--json"]],
+)  # fmt: skip
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(argv):
+    first, code, err = _read_one_line_then_close([sys.executable, *argv])
+    assert first and err == "" and code in (0, clikit.EXIT_BROKEN_PIPE)
+    if argv[-1] == "lines":  # more output than a pipe holds: the write must fail
+        assert code == clikit.EXIT_BROKEN_PIPE
+
+
+def test_a_broken_pipe_elsewhere_is_still_a_failure():
+    run = subprocess.run([sys.executable, "-c", PIPE_SCRIPT, "other"], capture_output=True, text=True)
+    assert run.returncode == 1 and "BrokenPipeError" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("module", CLIS)
+def test_every_option_of_every_command_has_help_text(module):
+    parser = __import__(module, fromlist=["build_parser"]).build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():  # noqa: SLF001
+        bare = [a.option_strings or a.dest for a in sub._actions if not a.help]  # noqa: SLF001
+        assert not bare, f"{module} {name}: no help for {bare}"
+
+
+def test_no_progress_turns_off_transformers_bars_too():
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    def go(args):
+        clikit.quiet_transformers()
+        seen.append(hf_logging.is_progress_bar_enabled())
+
+    try:
+        assert clikit.run(_parser(), {"go": go}, ["go"]) == 0
+        assert clikit.run(_parser(), {"go": go}, ["go", "--no-progress"]) == 0
+    finally:
+        hf_logging.enable_progress_bar()
+    assert seen == [True, False]

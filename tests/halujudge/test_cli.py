@@ -5,7 +5,7 @@ import sys
 import pytest
 from halubench_data import write_jsonl
 from halujudge import list_templates
-from halujudge.cli import TEMPLATES, build_parser, main
+from halujudge.cli import JSON_EVALUATE, TEMPLATES, build_parser, main
 
 
 def test_parser_reads_the_documented_options(tmp_path):
@@ -83,6 +83,12 @@ def test_evaluate_end_to_end_and_resume(tiny_llama, tiny_tokenizer, make_example
     assert main(argv) == 0  # a rerun reads everything from the cache
     assert (out / "cache.jsonl").read_text().count("\n") == cached
     assert json.loads((out / "selection.json").read_text()) == selection
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0  # --json: the same results, machine-readable, on stdout alone
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == set(JSON_EVALUATE) and (doc["split"], doc["out"]) == ("test", str(out))
+    assert doc["methods"] == {f"{model_dir} / {chosen}": selection["test"]}
+    assert doc["template_selection"] == selection["template_selection"]
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path, capsys):

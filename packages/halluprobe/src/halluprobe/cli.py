@@ -7,6 +7,7 @@ so ``halluprobe --help`` is fast; every command imports what it needs inside its
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 from halubench_data import clikit
 
+from halluprobe import _cli_schemas as schemas
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=DEFAULT_OUT, help=f"run folder; the cache goes to OUT/cache (default {DEFAULT_OUT})"
     )
     p.add_argument("--toha", action="store_true", help="also materialise response blocks for TOHA (slower)")
+    clikit.add_json_arg(p, schemas.EXTRACT)
     p = sub.add_parser("train", help="fit feature-set probes and detectors; write a report and detectors")
     _add_data_args(p)
     p.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
@@ -96,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
             "selection, halluprobe/selections/" + f"{block}.json)",
         )  # fmt: skip
+    clikit.add_json_arg(p, schemas.TRAIN)
     for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
         p = sub.add_parser(
             f"select-{block.lower()}",
@@ -107,21 +111,31 @@ def build_parser() -> argparse.ArgumentParser:
             "--out", default="runs/select", help="run folder: cache in OUT/cache, selection in "
             f"OUT/{block.lower()}.json (default runs/select)",
         )  # fmt: skip
-        p.add_argument("--split", default="train", choices=("train", "validation", "test"))
+        p.add_argument(
+            "--split", default="train", choices=("train", "validation", "test"),
+            help="split the features are chosen on (default train)",
+        )  # fmt: skip
         p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
+        clikit.add_json_arg(p, schemas.SELECT)
     p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
     _add_data_args(p)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
-    p.add_argument("--split", default="test", choices=("train", "validation", "test"))
+    p.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "validation", "test"),
+        help="split to score (default test)",
+    )
     p.add_argument(
         "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
     )
+    clikit.add_json_arg(p, schemas.EVALUATE)
     p = sub.add_parser(
         "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
     )
     p.add_argument("detector", help="folder of a saved detector")
     p.add_argument("--context", help="the context (with --answer; or use --input)")
-    p.add_argument("--question", default="")
+    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
     p.add_argument(
         "--input", type=Path, metavar="JSONL",
@@ -136,10 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--spans", action="store_true", help="also print the answer's predicted hallucinated spans"
     )
-    p.add_argument(
-        "--json", action="store_true",
-        help="print one JSON object per answer, one per line: probability, label, threshold, spans",
-    )  # fmt: skip
+    clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
     return parser
 
@@ -227,11 +238,7 @@ def load_proxy(load_model, proxy: str | None, device: str):
     """``load_model(proxy)`` with a named ``--proxy`` error for a missing folder or unloadable weights."""
     import pickle
 
-    if clikit.is_quiet():  # Transformers' own progress bars and load reports go too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
+    clikit.quiet_transformers()
     try:
         return load_model(proxy, device=device)
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
@@ -259,7 +266,7 @@ def _extract_split(ds, ext, cache, split: str, args):
         batch_size=args.batch_size,
         token_budget=args.token_budget,
         length=ext.length,
-        progress=not clikit.is_quiet(),
+        progress=clikit.show_progress(),
         desc=split,
         world=args.world,
     )
@@ -270,13 +277,15 @@ def cmd_extract(args) -> int:
     from halluprobe.distributed import close_world
 
     ds, ext, cache = _setup(args)
+    splits = {}
     try:
         for split in ("train", "validation", "test"):
-            _extract_split(ds, ext, cache, split, args)
+            splits[split] = len(_extract_split(ds, ext, cache, split, args))
     finally:
         close_world(args.world)
     if args.world.main:
-        clikit.status(f"{len(cache)} records in {cache.root}")
+        doc = {"cache": str(cache.root), "records": len(cache), "splits": splits}
+        clikit.emit(f"{len(cache)} records in {cache.root}", doc)
     return 0
 
 
@@ -325,8 +334,15 @@ def cmd_train(args) -> int:
         token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
         **_selections(args),
     )
-    print(table)
-    print(f"report: {Path(args.out) / 'report.md'}")
+    out = Path(args.out)
+    clikit.emit(
+        f"{table}\nreport: {out / 'report.md'}",
+        lambda: {
+            "out": str(out), "report": str(out / "report.md"),
+            "detectors": {name: str(out / "detectors" / name) for name in sets},
+            "results": json.loads((out / "results.json").read_text(encoding="utf-8")),
+        },
+    )  # fmt: skip
     return 0
 
 
@@ -350,7 +366,7 @@ def cmd_select(args) -> int:
 
     block = args.command.removeprefix("select-").upper()
     ds, ext, cache = _setup(args)
-    records = _extract_split(ds, ext, cache, args.split, args.batch_size)
+    records = _extract_split(ds, ext, cache, args.split, args)
     part = ds.split(args.split)
     data = {
         "dataset": args.dataset,
@@ -365,10 +381,11 @@ def cmd_select(args) -> int:
         block, records, np.asarray(part.labels), list(part.groups), ext, args.n_features, data
     )
     path = sel.save(Path(args.out) / f"{block.lower()}.json")
-    for step in sel.provenance.get("path", []):
-        print(f"  + {step['feature']:28s} CV AUROC {step['cv_auroc']:.4f} (C={step['C']})")
-    print(f"{block} features: {', '.join(sel.features)}")
-    print(f"selection: {path}")
+    steps = list(sel.provenance.get("path", []))
+    lines = [f"  + {st['feature']:28s} CV AUROC {st['cv_auroc']:.4f} (C={st['C']})" for st in steps]
+    lines += [f"{block} features: {', '.join(sel.features)}", f"selection: {path}"]
+    doc = {"block": block, "features": sel.features, "provenance": sel.provenance, "selection": str(path)}
+    clikit.emit("\n".join(lines), doc)
     return 0
 
 
@@ -388,10 +405,14 @@ def cmd_evaluate(args) -> int:
             raise clikit.UsageError(
                 f"{flag} does not apply to evaluate: the detector fixes its proxy and layers"
             )
+    if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
+        raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
     clikit.check_out_dir(args.out)
+    clikit.quiet_transformers()
     det = Detector.load(args.detector)
     ext = det.extractor(device)
-    part = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset").split(args.split)
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
+    part = ds.split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples,
@@ -400,11 +421,13 @@ def cmd_evaluate(args) -> int:
         batch_size=args.batch_size,
         token_budget=args.token_budget,
         length=ext.length,
-        progress=not clikit.is_quiet(),
+        progress=clikit.show_progress(),
     )
     scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
-    print(results_table({f"{det.fit.feature_set} ({args.split})": res}))
+    doc = {"dataset": ds.name, "split": args.split, "detector": str(args.detector),
+           "methods": {det.fit.feature_set: res}}  # fmt: skip
+    clikit.emit(lambda: results_table({f"{det.fit.feature_set} ({args.split})": res}), doc)
     return 0
 
 
@@ -415,8 +438,6 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
         ValueError: ``path:line: ...`` for a line that is not a JSON object with string ``context`` and
             ``answer`` (``question`` and ``id`` optional).
     """
-    import json
-
     ids, triples = [], []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
@@ -438,19 +459,19 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
     return ids, triples
 
 
-def _prediction_doc(pred, answer: str, item_id: str | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {} if item_id is None else {"id": item_id}
+def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": item_id}
     doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
     doc["spans"] = [
         {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
     ]
+    pairs = zip(pred.tokens, pred.token_scores, strict=True)
+    doc["tokens"] = [{"token": t, "score": float(x)} for t, x in pairs] if tokens else None
     return doc
 
 
 def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
-    import json
-
     from halluprobe.detector import Detector
 
     if (args.input is None) == (args.context is None or args.answer is None):
@@ -461,11 +482,12 @@ def cmd_predict(args) -> int:
     ids, triples = (
         read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
     )
+    clikit.quiet_transformers()
     det = Detector.load(args.detector)
     preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
     for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):
         if args.json:
-            print(json.dumps(_prediction_doc(pred, answer, item_id), ensure_ascii=False))
+            clikit.emit_json(_prediction_doc(pred, answer, item_id, args.tokens))
             continue
         verdict = "hallucinated" if pred.label else "supported"
         head = "" if item_id is None else f"{item_id}: "

@@ -317,7 +317,7 @@ class Detector:
             label=int(prob >= self.fit.threshold),
             threshold=self.fit.threshold,
             token_scores=token_probs,
-            tokens=[ext.tokenizer.decode([t]) for t in ids[start:]],
+            tokens=[ext.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids[start:]],
             spans=spans,
         )
 

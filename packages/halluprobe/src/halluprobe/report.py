@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +18,66 @@ def _curves(scores: np.ndarray, y: np.ndarray):
     return (fpr, tpr), (rec, prec)
 
 
+@dataclass(frozen=True)
+class CurveEntry:
+    """One method's curves in the ROC and precision-recall plots: its legend labels and its style."""
+
+    name: str
+    """Method name."""
+    roc_label: str
+    """ROC legend entry, ``"name (AUC 0.812)"``."""
+    pr_label: str
+    """Precision-recall legend entry, ``"name (AP 0.640)"`` (average precision)."""
+    color: tuple[float, float, float]
+    """RGB: the first 20 methods each get a colour of their own."""
+    linestyle: str
+    """Solid for the first 10, dashed for the next 10 (the lighter tab20 colours), dotted after."""
+
+
+def curve_entries(test_scores: dict[str, np.ndarray], y: np.ndarray) -> list[CurveEntry]:
+    """Legend labels (AUC, AP) and distinguishable styles, best test AUROC first."""
+    from halubench_data.metrics import auroc
+    from matplotlib import colormaps
+    from sklearn.metrics import average_precision_score
+
+    rgba = [colormaps["tab20"](k) for k in range(20)]  # an int picks the k-th listed colour
+    tab20 = [(r, g, b) for r, g, b, _ in rgba]
+    colours = [*tab20[0::2], *tab20[1::2]]  # ten strong colours, then their ten light partners
+    rows = []
+    for name, s in test_scores.items():
+        s = np.asarray(s, dtype=np.float64)
+        rows.append((name, auroc(s, y), float(average_precision_score(y, s))))
+    rows.sort(key=lambda r: -r[1] if np.isfinite(r[1]) else np.inf)
+    return [
+        CurveEntry(
+            name,
+            f"{name} (AUC {auc:.3f})",
+            f"{name} (AP {ap:.3f})",
+            colours[i % 20],
+            ("-", "--", ":")[min(i // 10, 2)],
+        )  # fmt: skip
+        for i, (name, auc, ap) in enumerate(rows)
+    ]
+
+
 def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray, prefix: str = "") -> list[str]:
-    """Write ``<prefix>roc.png`` and ``<prefix>pr.png`` under ``out``; returns the file names."""
+    """Write ``<prefix>roc.png`` and ``<prefix>pr.png`` under ``out``; returns the file names.
+
+    The legends list the methods best test AUROC first, with their AUC (ROC) or average precision (PR),
+    beside the plot; styles come from `curve_entries`.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     roc_name, pr_name = f"{prefix}roc.png", f"{prefix}pr.png"
-    figs = {roc_name: plt.subplots(figsize=(5.5, 5)), pr_name: plt.subplots(figsize=(5.5, 5))}
-    for i, (name, s) in enumerate(test_scores.items()):
-        roc, pr = _curves(np.asarray(s, dtype=np.float64), y)
-        style: dict[str, Any] = dict(
-            label=name, lw=1.2, color=f"C{i % 10}", ls=("-", "--", ":")[(i // 10) % 3]
-        )
-        figs[roc_name][1].plot(*roc, **style)
-        figs[pr_name][1].plot(*pr, **style)
+    figs = {roc_name: plt.subplots(figsize=(8.5, 5)), pr_name: plt.subplots(figsize=(8.5, 5))}
+    for entry in curve_entries(test_scores, y):
+        roc, pr = _curves(np.asarray(test_scores[entry.name], dtype=np.float64), y)
+        style: dict[str, Any] = dict(lw=1.3, color=entry.color, ls=entry.linestyle)
+        figs[roc_name][1].plot(*roc, label=entry.roc_label, **style)
+        figs[pr_name][1].plot(*pr, label=entry.pr_label, **style)
     ax = figs[roc_name][1]
     ax.plot([0, 1], [0, 1], "k:", lw=0.8)
     ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)")
@@ -40,7 +85,8 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray, pr
     ax.axhline(float(np.mean(y)), color="k", ls=":", lw=0.8)
     ax.set(xlabel="recall", ylabel="precision", title="Precision-recall (test, hallucinated class)")
     for fname, (fig, ax) in figs.items():
-        ax.legend(fontsize=7, loc="best")
+        ax.set_aspect("equal")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
         fig.tight_layout()
         with atomic_path(out / fname) as tmp:
             fig.savefig(tmp, dpi=110, format="png")

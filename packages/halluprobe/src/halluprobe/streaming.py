@@ -70,7 +70,9 @@ class StreamingScorer:
     def _update(self, rec, ids: list[int], new: int, done: bool = False) -> StreamUpdate:
         tok = self.detector.extractor(self.device).tokenizer
         fresh = ids[len(ids) - new :]
-        pred = self.detector.score_stats(rec.stats(), [tok.decode([t]) for t in fresh])
+        pred = self.detector.score_stats(
+            rec.stats(), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh]
+        )
         return StreamUpdate(
             token_ids=fresh, tokens=pred.tokens, token_scores=pred.token_scores[len(ids) - new :],
             probability=pred.probability, label=pred.label, answer_tokens=len(ids), done=done,
@@ -205,7 +207,7 @@ class Follower:
 
     def prediction(self) -> Prediction:
         """The [`Prediction`][halluprobe.Prediction] of the answer read so far (scores of all its tokens)."""
-        tokens = [self.tokenizer.decode([t]) for t in self.fed]
+        tokens = [self.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in self.fed]
         return self.scorer.detector.score_stats(self.rec.stats(), tokens)
 
     @property

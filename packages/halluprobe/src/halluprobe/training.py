@@ -119,7 +119,7 @@ def run_training(
     )
     fits = train_feature_sets(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
-        labels["validation"], progress=print, **selections,
+        labels["validation"], progress=clikit.status, **selections,
     )  # fmt: skip
     from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
 

@@ -21,6 +21,30 @@ SPEC_HELP = (
 )
 
 
+COUNTS = "[{source, label, split, n}]: examples per source, label (1 = hallucinated) and split"
+JSON_BUILD = {
+    "dataset": "the dataset's name",
+    "out": "the JSONL file written",
+    "n_examples": "examples written",
+    "counts": COUNTS,
+    "report": "what the builder read, kept and dropped: {source, n_read, n_kept, n_dropped, filtered, "
+    "dropped_by_field}; null when the source has no load report",
+}
+JSON_STATS = {
+    "dataset": "the dataset's name",
+    "n_examples": "examples",
+    "n_groups": "groups (contexts; the bootstrap units)",
+    "counts": COUNTS,
+}
+JSON_BASELINES = {
+    "dataset": "the dataset's name",
+    "split": "the evaluated split: test",
+    "methods": "{length, tfidf} -> {f1, auroc, precision, recall, threshold, n, n_positive, n_groups, "
+    "f1_ci, auroc_ci, precision_ci, recall_ci, n_bootstrap, confidence} (halubench_data.EvalResult; "
+    "NaN as null)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (no heavy imports)."""
     parser = clikit.make_parser(
@@ -42,13 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
     b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
+    clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     s.add_argument("spec", help=SPEC_HELP)
+    clikit.add_json_arg(s, JSON_STATS)
     t = sub.add_parser("baselines", help="answer-only baselines (length, TF-IDF) on a dataset's test split")
     t.add_argument("spec", help=SPEC_HELP)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
     )
+    clikit.add_json_arg(t, JSON_BASELINES)
     return parser
 
 
@@ -83,17 +110,32 @@ def cmd_build(args: argparse.Namespace) -> int:
             f"{args.spec}: the builder kept no examples (nothing written); "
             "check that the file has the builder's format and that --task/--model name values it holds"
         )
-    print(ds.stats_table())
     write_jsonl(ds, args.out, overwrite=args.overwrite)
-    print(f"wrote {len(ds)} examples to {args.out}")
+    rep = ds.report
+    report = None
+    if rep is not None:
+        report = {"source": rep.source, "n_read": rep.n_read, "n_kept": rep.n_kept,
+                  "n_dropped": rep.n_dropped, "filtered": dict(rep.filtered),
+                  "dropped_by_field": rep.drop_counts()}  # fmt: skip
+    doc = {"dataset": ds.name, "out": str(args.out), "n_examples": len(ds), "counts": _counts(ds)}
+    clikit.emit(f"{ds.stats_table()}\nwrote {len(ds)} examples to {args.out}", {**doc, "report": report})
     return 0
+
+
+def _counts(ds: Dataset) -> list[dict[str, object]]:
+    return [
+        {"source": source, "label": label, "split": split, "n": n}
+        for (source, label, split), n in sorted(ds.counts().items())
+    ]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``halubench-data stats``: counts per source, label and split."""
     from .select import load
 
-    print(load(args.spec).stats_table())
+    ds = load(args.spec)
+    doc = {"dataset": ds.name, "n_examples": len(ds), "n_groups": len(set(ds.groups)), "counts": _counts(ds)}
+    clikit.emit(ds.stats_table, doc)
     return 0
 
 
@@ -106,7 +148,8 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     if args.n_bootstrap < 1:
         raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
     ds = load(args.spec)
-    print(results_table(text_only_baselines(ds, n_bootstrap=args.n_bootstrap)))
+    results = text_only_baselines(ds, n_bootstrap=args.n_bootstrap)
+    clikit.emit(lambda: results_table(results), {"dataset": ds.name, "split": "test", "methods": results})
     return 0
 
 

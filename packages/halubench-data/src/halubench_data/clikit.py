@@ -15,7 +15,13 @@ Every command of every CLI follows it; new commands get it by building their par
 - **Device**: ``--device`` defaults to ``auto`` (``cuda`` when a CUDA device is present, else ``cpu``);
   ``cpu``, ``cuda``, ``cuda:N`` and ``mps`` are accepted when present. A missing accelerator or an
   unknown name is a usage error (exit 2) naming ``--device``.
-- ``--json`` (where a command offers it) prints one JSON document on stdout via `emit_json`.
+- ``--json`` (every command with results has it, added by `add_json_arg` with its schema) prints one
+  JSON document (``--json`` lines for a stream) on stdout via `emit` / `emit_json`, and nothing else:
+  while the command runs, anything else printed to stdout goes to stderr. Every document's keys are
+  checked against the command's documented schema before it is written.
+- ``--no-progress`` hides progress bars but keeps step messages (`show_progress`).
+- A reader that closes the pipe early (``halubench-data stats x | head -1``) ends the command
+  quietly with status 141 (128 + SIGPIPE, as a Unix tool killed by SIGPIPE), with no traceback.
 
 How a CLI follows it:
 
@@ -37,36 +43,50 @@ This module imports nothing heavy; `resolve_device` imports torch when called.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_USAGE",
     "INPUT_ERRORS",
     "ConventionParser",
     "UsageError",
+    "JsonSchema",
     "add_device_arg",
+    "add_json_arg",
     "check_out_dir",
+    "emit",
     "emit_json",
     "is_quiet",
+    "json_ready",
     "make_parser",
     "one_line",
+    "quiet_transformers",
     "resolve_device",
     "run",
+    "show_progress",
     "status",
+    "wants_json",
 ]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + 13
+"""The status when stdout's reader went away (128 + SIGPIPE, what a shell reports for ``yes | head``)."""
 DEVICE_HELP = "torch device: auto (default: cuda when present, else cpu), cpu, cuda, cuda:N or mps"
 
 
@@ -84,7 +104,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Exceptions that a command raises for bad input; they end the command with exit 2."""
 
-_STATE = {"quiet": False}
+_STATE: dict[str, Any] = {"quiet": False, "progress": True, "json": False, "schema": None, "stdout": None}
 
 
 class ConventionParser(argparse.ArgumentParser):
@@ -100,6 +120,10 @@ class ConventionParser(argparse.ArgumentParser):
         self.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS,
             help="print the traceback of an error (exit status unchanged)",
+        )  # fmt: skip
+        self.add_argument(
+            "--no-progress", action="store_true", default=argparse.SUPPRESS,
+            help="no progress bars on stderr (step messages stay; --quiet hides both)",
         )  # fmt: skip
 
     def error(self, message: str) -> NoReturn:
@@ -183,8 +207,30 @@ def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
 
 
 def is_quiet() -> bool:
-    """Whether ``--quiet`` was given (progress bars should be disabled)."""
-    return _STATE["quiet"]
+    """Whether ``--quiet`` was given (progress bars and step messages are off)."""
+    return bool(_STATE["quiet"])
+
+
+def show_progress() -> bool:
+    """Whether a command may draw progress bars (on stderr): neither ``--quiet`` nor ``--no-progress``."""
+    return not _STATE["quiet"] and bool(_STATE["progress"])
+
+
+def quiet_transformers() -> None:
+    """Turn Transformers' progress bars off when ours are (``--quiet``, ``--no-progress``).
+
+    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too. Call it
+    before a model loads; nothing happens when Transformers is not installed.
+    """
+    if show_progress():
+        return
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+    if is_quiet():
+        hf_logging.set_verbosity_error()
 
 
 def status(message: str) -> None:
@@ -193,9 +239,90 @@ def status(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class JsonSchema:
+    """The documented ``--json`` output of one command (rendered on the CLI page, checked on output)."""
+
+    fields: Mapping[str, str]
+    """Top-level key -> meaning, in the order the docs list them; a document has exactly these keys,
+    a JSON line (an event of a stream) some of them."""
+    lines: bool = False
+    """True: JSON lines (one object per result, for a stream); False: one JSON document."""
+
+
+def add_json_arg(parser: argparse.ArgumentParser, fields: Mapping[str, str], *, lines: bool = False) -> None:
+    """Add ``--json`` to a command whose results follow ``fields`` (key -> meaning).
+
+    The schema is kept as the parser's default ``json_schema`` (``parser.get_default("json_schema")``),
+    which the docs render and `emit_json` checks every document against.
+    """
+    what = "one JSON object per line" if lines else "one JSON document"
+    parser.add_argument(
+        "--json", action="store_true",
+        help=f"print the results as {what} on stdout (keys: {', '.join(fields)}); messages stay on stderr",
+    )  # fmt: skip
+    parser.set_defaults(json_schema=JsonSchema(dict(fields), lines))
+
+
+def wants_json() -> bool:
+    """Whether ``--json`` was given to the running command."""
+    return bool(_STATE["json"])
+
+
+def json_ready(obj: Any) -> Any:
+    """``obj`` in plain JSON types.
+
+    Dataclasses and mappings become objects, tuples and arrays lists, numpy and torch scalars numbers,
+    paths strings, and NaN or infinite floats ``null``.
+    """
+    if is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple) or type(obj).__name__ == "ndarray":
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy or torch scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def emit_json(obj: Any) -> None:
-    """A ``--json`` result: one JSON document on stdout (NaN refused, so readers get valid JSON)."""
-    print(json.dumps(obj, allow_nan=False, ensure_ascii=False, indent=2))
+    """Write one ``--json`` result to stdout: a document, or one line of a JSON-lines stream.
+
+    ``obj`` goes through `json_ready` (NaN becomes ``null``, so readers get valid JSON). When the running
+    command declared a schema (`add_json_arg`), a document must have exactly its keys, and a line of a
+    JSON-lines stream (whose events differ) only keys that it documents.
+
+    Raises:
+        RuntimeError: the document's keys differ from the command's documented schema (a bug).
+    """
+    doc = json_ready(obj)
+    schema: JsonSchema | None = _STATE["schema"]
+    if schema is not None and isinstance(doc, dict):
+        missing, extra = sorted(set(schema.fields) - set(doc)), sorted(set(doc) - set(schema.fields))
+        if extra or (missing and not schema.lines):
+            raise RuntimeError(
+                f"--json output differs from its schema: missing {missing}, undocumented {extra}"
+            )
+    indent = None if schema is not None and schema.lines else 2
+    out = _STATE["stdout"] or sys.stdout
+    out.write(json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=indent) + "\n")
+    out.flush()
+
+
+def emit(text: str | Callable[[], str], doc: Any | Callable[[], Any]) -> None:
+    """A command's results: ``doc`` as JSON with ``--json``, else ``text`` for people (both on stdout).
+
+    Either may be a function, called only when its form is wanted.
+    """
+    if wants_json():
+        emit_json(doc() if callable(doc) else doc)
+    else:
+        print(text() if callable(text) else text, flush=True)
 
 
 def one_line(message: object) -> str:
@@ -223,26 +350,67 @@ def run(
 
     Returns:
         The exit status: the command's return value (``None`` -> 0), 2 for an input error
-        (`INPUT_ERRORS`), 1 for any other exception, 130 for Ctrl-C.
+        (`INPUT_ERRORS`), 1 for any other exception, 130 for Ctrl-C, 141 when the reader of stdout
+        went away (`EXIT_BROKEN_PIPE`; nothing is printed).
     """
-    args = parser.parse_args(argv)
+    stdout = sys.stdout
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # --help | head
+        return _broken_pipe(stdout)
     debug = bool(getattr(args, "debug", False))
-    _STATE["quiet"] = bool(getattr(args, "quiet", False))
     name = getattr(args, dest, None) if isinstance(commands, Mapping) else None
     prog = f"{parser.prog} {name}" if name else parser.prog
     fn = commands[str(name)] if isinstance(commands, Mapping) else commands
+    as_json = bool(getattr(args, "json", False))
+    _STATE.update(
+        quiet=bool(getattr(args, "quiet", False)), progress=not getattr(args, "no_progress", False),
+        json=as_json, schema=getattr(args, "json_schema", None) if as_json else None, stdout=stdout,
+    )  # fmt: skip
     try:
-        code = fn(args)
+        # with --json, stdout carries the document alone: anything else printed goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            code = fn(args)
+        stdout.flush()  # inside the try: a reader that went away shows up here
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as exc:
+        if _reader_gone(stdout):
+            return _broken_pipe(stdout)
+        return _report(prog, exc, EXIT_FAILURE, debug)
     except INPUT_ERRORS as exc:
         return _report(prog, exc, EXIT_USAGE, debug)
     except Exception as exc:  # noqa: BLE001 - the convention: one line, traceback with --debug
         return _report(prog, exc, EXIT_FAILURE, debug)
     finally:
-        _STATE["quiet"] = False
+        _STATE.update(quiet=False, progress=True, json=False, schema=None, stdout=None)
     return EXIT_OK if code is None else int(code)
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether the pipe behind ``stream`` lost its reader (poll reports an error on the write end).
+
+    A stream without a file descriptor cannot be checked and counts as gone: the exception was raised
+    while writing results.
+    """
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _broken_pipe(stream: Any) -> int:
+    """End quietly after the reader of stdout went away (as ``yes | head`` does)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        # the interpreter flushes stdout at exit; point it at /dev/null so that flush cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _report(prog: str, exc: BaseException, code: int, debug: bool) -> int:

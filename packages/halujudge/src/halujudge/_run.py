@@ -17,6 +17,7 @@ __all__ = ["evaluate_command"]
 
 
 def _scorer(args: argparse.Namespace) -> tuple[Any, str]:
+    clikit.quiet_transformers()
     if args.checker == "minicheck":
         from halujudge.checkers import MiniCheck
 
@@ -60,8 +61,8 @@ def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
     atomic_write_text(out / "results.md", results_table([(run.method, run.result)]) + "\n", overwrite=True)
 
 
-def evaluate_command(args: argparse.Namespace) -> str:
-    """Run ``halujudge evaluate`` and return the Markdown table it printed to ``results.md``."""
+def evaluate_command(args: argparse.Namespace) -> JudgeRun:
+    """Run ``halujudge evaluate``, write its outputs to ``args.out`` and return the run."""
     dataset = load(args.dataset, limit=args.limit, arg="--dataset")
     scorer, method = _scorer(args)  # before anything is written: a model that fails to load leaves no folder
     args.out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,7 @@ def evaluate_command(args: argparse.Namespace) -> str:
     if cache.dropped_partial:
         clikit.status(f"halujudge: removed a partial last line from {cache.path} (an interrupted write)")
     selection: TemplateSelection | None = None
-    progress = not args.no_progress and not clikit.is_quiet()
+    progress = clikit.show_progress()
     if args.judge is not None:
         if args.template == "auto":
             pool = [load(s, limit=args.limit, arg="--select-on") for s in args.select_on or []] or [dataset]
@@ -78,4 +79,4 @@ def evaluate_command(args: argparse.Namespace) -> str:
         method = f"{method} / {scorer.template.name}"
     run = run_evaluation(scorer, dataset, method, cache, args.n_bootstrap, progress, selection)
     _write_outputs(args.out, run, dataset)
-    return results_table([(run.method, run.result)])
+    return run

@@ -10,6 +10,15 @@ from halubench_data import clikit
 __all__ = ["build_parser", "main"]
 
 TEMPLATES = ("plain", "claims", "strict", "strict_fewshot")
+JSON_EVALUATE = {
+    "dataset": "the evaluated dataset's name",
+    "split": "the evaluated split: test (the threshold and template are chosen on validation)",
+    "methods": "{method} -> {f1, auroc, precision, recall, threshold, n, n_positive, n_groups, f1_ci, "
+    "auroc_ci, precision_ci, recall_ci, n_bootstrap, confidence} (halubench_data.EvalResult; NaN as null)",
+    "template_selection": "LLM judge with --template auto: {template, mean_auroc, aurocs: template -> "
+    "dataset -> validation AUROC}; else null",
+    "out": "the folder with scores.jsonl, selection.json, results.md and cache.jsonl",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
     clikit.add_device_arg(ev)
     ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")
-    ev.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    clikit.add_json_arg(ev, JSON_EVALUATE)
     return parser
 
 
@@ -90,9 +99,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     args.device = clikit.resolve_device(args.device)
     clikit.check_out_dir(args.out)
+    from halubench_data import results_table
+
     from halujudge._run import evaluate_command
 
-    print(evaluate_command(args))
+    run = evaluate_command(args)
+    doc = {"dataset": run.dataset, "split": "test", "methods": {run.method: run.result},
+           "template_selection": run.selection, "out": str(args.out)}  # fmt: skip
+    clikit.emit(lambda: results_table([(run.method, run.result)]), doc)
     return 0
 
 

@@ -1,0 +1,58 @@
+"""The ``--json`` output of each ``halluprobe`` command: top-level key -> meaning.
+
+`halubench_data.clikit.add_json_arg` attaches each to its command; the CLI page renders them and every
+document written is checked against its schema, so the page, the code and the output cannot disagree.
+"""
+
+from __future__ import annotations
+
+EVAL_RESULT = (
+    "{f1, auroc, precision, recall, threshold, n, n_positive, n_groups, f1_ci, auroc_ci, precision_ci, "
+    "recall_ci, n_bootstrap, confidence} (halubench_data.EvalResult; NaN as null)"
+)
+
+EXTRACT = {
+    "cache": "the feature-cache folder (OUT/cache)",
+    "records": "records in the cache after the run",
+    "splits": "{train, validation, test} -> examples extracted or found in the cache",
+}
+TRAIN = {
+    "out": "the report folder",
+    "report": "the Markdown report (OUT/report.md)",
+    "detectors": "feature set -> folder of its saved detector (for evaluate, predict and stream)",
+    "results": "the document written to OUT/results.json: {format, scores, datasets: dataset -> {n_test, "
+    f"methods: method -> {{kind, ...}}}}, paired_tests, transfer, selection[, localisation]}}; "
+    f"each method's metrics as {EVAL_RESULT}",
+}
+SELECT = {
+    "block": "A7 or L9",
+    "features": "the chosen features, in the order they were added",
+    "provenance": "how they were chosen, as stored in the selection file: procedure, data, versions, and "
+    "A7's forward-selection path [{feature, cv_auroc, C}] or L9's C and CV AUROC per C",
+    "selection": "the selection JSON written (for train --a7-selection / --l9-selection)",
+}
+EVALUATE = {
+    "dataset": "the dataset's name",
+    "split": "the scored split",
+    "detector": "the detector folder",
+    "methods": f"{{feature set}} -> {EVAL_RESULT}, at the detector's own threshold",
+}
+PREDICT = {
+    "id": "the input line's 'id' (or its line number) with --input; null for --context/--answer",
+    "probability": "p(hallucinated), in [0, 1]",
+    "label": "1 = hallucinated (probability >= threshold), 0 = supported",
+    "threshold": "the detector's threshold, chosen on validation F1",
+    "spans": "[{start, end, text}]: predicted hallucinated character spans of the answer (empty without a "
+    "token probe)",
+    "tokens": "with --tokens: [{token, score}] per answer token; else null",
+}
+STREAM = {
+    "event": "'tokens' for each update, then one 'done'",
+    "tokens": "tokens: the answer tokens added by this update",
+    "token_ids": "tokens: their ids",
+    "token_scores": "tokens: their per-token scores",
+    "probability": "the running p(hallucinated) of the answer so far",
+    "answer_tokens": "answer tokens scored so far",
+    "label": "done: 1 = hallucinated, 0 = supported",
+    "threshold": "done: the detector's threshold",
+}

@@ -1,0 +1,31 @@
+"""The CLI pages name every command that the parsers have (the option reference itself is generated)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _commands(module: str) -> list[str]:
+    parser = __import__(module, fromlist=["build_parser"]).build_parser()
+    return list(parser._subparsers._group_actions[0].choices)  # noqa: SLF001
+
+
+def test_halluprobe_page_has_every_command_in_its_synopsis_and_a_section():
+    text = (DOCS / "guide" / "cli.md").read_text()
+    synopsis = re.search(r"```text\nhalluprobe ([^\n]+)\n```", text)
+    assert synopsis is not None
+    commands = _commands("halluprobe.cli")
+    assert [c.strip() for c in synopsis.group(1).split("|")] == commands
+    headings = " ".join(re.findall(r"^#+ .*$", text, re.MULTILINE))
+    missing = [c for c in commands if f"`halluprobe {c}" not in headings]
+    assert not missing, f"docs/guide/cli.md has no section for {missing}"
+
+
+@pytest.mark.parametrize("module", ["halluprobe.cli", "halujudge.cli", "halubench_data.cli"])
+def test_reference_page_generates_every_tool(module):
+    assert f"<!-- cli-help: {module} -->" in (DOCS / "guide" / "cli-conventions.md").read_text()
