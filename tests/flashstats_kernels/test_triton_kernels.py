@@ -16,7 +16,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from flashstats_kernels.ops._fused import exp2_fma
+from flashstats_kernels.ops._fused import exp2_fma, pinned_config, tune_configs
 from flashstats_kernels.ops.columns.fused import columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
 from flashstats_kernels.ops.forward.fused import forward_triton, split_head_dim
@@ -243,6 +243,21 @@ def test_split_head_dim_uses_a_narrow_tail_instead_of_padding(d, blocks, monkeyp
     assert split_head_dim(d) == blocks
     monkeypatch.setenv("FLASHSTATS_SPLIT_D", "0")
     assert split_head_dim(d) == (max(16, triton.next_power_of_2(d)), 0)
+
+
+def test_tuning_candidates_carry_an_optional_register_cap(monkeypatch):
+    table = ((128, 64, 8, 3), (128, 64, 8, 3, 128))
+    assert [c.maxnreg for c in tune_configs(table, ("BLOCK_M", "BLOCK_N"))] == [None, 128]
+    monkeypatch.setenv("FLASHSTATS_CONFIG_INDEX", "1")
+    assert pinned_config(table) == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 64,
+        "num_warps": 8,
+        "num_stages": 3,
+        "maxnreg": 128,
+    }
+    monkeypatch.setenv("FLASHSTATS_CONFIG_INDEX", "0")
+    assert "maxnreg" not in pinned_config(table)
 
 
 SPLIT_CASES = [  # the head dim as a power-of-two head plus a narrow tail
