@@ -15,9 +15,9 @@ from _perf import Deadline, LongCsv, bench_ms, parse_args
 from kernel_resources import compiled_resources
 
 
-def pinned(index: int, maxnreg: int | None):
-    """A `forward_config` replacement that pins one d = 64 candidate and, optionally, a register cap."""
-    bm, bn, warps, stages = fwd._FORWARD_TABLES[64][index][:4]
+def pinned(index: int, maxnreg: int | None, d_class: int = 64):
+    """A `forward_config` replacement: one candidate of a head-dim class, optionally with a register cap."""
+    bm, bn, warps, stages = fwd._FORWARD_TABLES[d_class][index][:4]
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
     if maxnreg is not None:
         cfg["maxnreg"] = maxnreg
