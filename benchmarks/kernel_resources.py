@@ -61,10 +61,10 @@ def compiled_resources() -> list[str]:
     import flashstats_kernels.ops.forward.fused as fwd
 
     lines = [f"{torch.cuda.get_device_name()} torch {torch.__version__}"]
-    for dc in (64, 128, 256):
+    for dc in (64, 96, 128, 256):
         for key, cfg in fwd._tuned_forward(dc).cache.items():
-            lines.append(f"forward d-class {dc} autotuned: key={key[:8]} -> {cfg}")
-        for key, cfg in cols._tuned_columns(dc).cache.items():
+            lines.append(f"forward table {dc} autotuned: key={key[:8]} -> {cfg}")
+        for key, cfg in cols._tuned_columns(dc).cache.items() if dc != 96 else ():
             lines.append(f"columns d-class {dc} autotuned: key={key[:8]} -> {cfg}")
     return lines + _variants(fwd._fwd_kernel, "forward") + _variants(cols._columns_kernel, "columns")
 

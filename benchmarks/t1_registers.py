@@ -21,7 +21,7 @@ def pinned(index: int, maxnreg: int | None, d_class: int = 64):
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
     if maxnreg is not None:
         cfg["maxnreg"] = maxnreg
-    return lambda dtype, block_d: cfg
+    return lambda dtype, block_d, table=None: cfg
 
 
 def main() -> None:

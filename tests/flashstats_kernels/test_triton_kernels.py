@@ -16,10 +16,10 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from flashstats_kernels.ops._fused import exp2_fma, pinned_config, tune_configs
+from flashstats_kernels.ops._fused import d_class, exp2_fma, pinned_config, tune_configs
 from flashstats_kernels.ops.columns.fused import columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
-from flashstats_kernels.ops.forward.fused import forward_triton, split_head_dim
+from flashstats_kernels.ops.forward.fused import forward_triton, split_head_dim, tune_class
 from flashstats_kernels.ops.forward.naive import naive_forward, naive_visibility
 from flashstats_kernels.ops.lookups.fused import lookups_triton
 from flashstats_kernels.ops.lookups.naive import naive_lookups
@@ -241,6 +241,8 @@ def test_base_forward_equals_row_stats_forward(case, poisoned):
 )  # fmt: skip
 def test_split_head_dim_uses_a_narrow_tail_instead_of_padding(d, blocks, monkeypatch):
     assert split_head_dim(d) == blocks
+    # d = 80 and 96 split out of 128 tune over their own table (register-capped candidates first)
+    assert tune_class(*blocks) == (96 if d in (80, 96) else d_class(max(16, triton.next_power_of_2(d))))
     monkeypatch.setenv("FLASHSTATS_SPLIT_D", "0")
     assert split_head_dim(d) == (max(16, triton.next_power_of_2(d)), 0)
 

@@ -225,6 +225,9 @@ _FORWARD_TABLES = {
     # the fifth d = 64 candidate caps T1 at 128 registers (2 CTAs per SM, no spills): T1 / Base 1.32 ->
     # 1.24-1.26 at 16K-32K, r = 0.3 (benchmarks/results/t1_registers.csv); Base already fits in 128
     64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 3, 128)),
+    # split head dims 80 = 64 + 16 and 96 = 64 + 32: capped at 128 registers (2 CTAs per SM), Base runs
+    # 1.39-1.64x SDPA-FA2 against 1.18-1.27x uncapped at 16K-32K, r = 0.3 (benchmarks/results/split_tiles.csv)
+    96: ((128, 64, 8, 3, 128), (128, 64, 8, 2, 128), (128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2)),
     128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
     256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
 }
@@ -261,7 +264,12 @@ def split_head_dim(d: int) -> tuple[int, int]:
     return head, tail
 
 
-def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
+def tune_class(block_d: int, block_dt: int) -> int:
+    """Tuning table of a forward launch: the head-dim class, or 96 for a head dim split out of 128."""
+    return 96 if block_dt and block_d + block_dt <= 128 and block_d >= 64 else d_class(block_d + block_dt)
+
+
+def forward_config(dtype: torch.dtype, block_d: int, table: int | None = None) -> dict[str, int] | None:
     """Fixed tile sizes of the forward, or None when the kernel is autotuned (CUDA, 16-bit inputs).
 
     The interpreter runs one small config; fp32 and fp8-e5m2 inputs (fp32 or fp16 dot operands) run a
@@ -274,7 +282,7 @@ def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
     if dtype == torch.float8_e5m2:
         return {"BLOCK_M": 64 if block_d > 128 else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    return pinned_config(_FORWARD_TABLES[d_class(block_d)])
+    return pinned_config(_FORWARD_TABLES[d_class(block_d) if table is None else table])
 
 
 def forward_triton(
@@ -327,9 +335,10 @@ def forward_triton(
             lse.fill_(float("-inf"))
     seq, n_seq, extent = launch_sequences(g, varlen)
     if out.numel() > 0 and n_seq > 0:
-        cfg = forward_config(q.dtype, g.block_d)
-        kernel = _fwd_kernel if cfg is not None else _tuned_forward(d_class(g.block_d))
         block_d, block_dt = split_head_dim(g.D)
+        table = tune_class(block_d, block_dt)
+        cfg = forward_config(q.dtype, g.block_d, table)
+        kernel = _fwd_kernel if cfg is not None else _tuned_forward(table)
         grid = lambda meta: (triton.cdiv(extent, meta["BLOCK_M"]), n_seq * g.Hq)  # noqa: E731
         kernel[grid](
             q, k, v, out, lse, stats, g.key_mask, prompt_len.contiguous(), seq,
