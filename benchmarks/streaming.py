@@ -1,34 +1,45 @@
 """Scoring while generating: what statistics cost per decode step and when following an answer.
 
-Two measurements, each a ratio of two providers timed side by side in one run on random-weight
-shapes (bf16):
+Every measurement is a set of providers timed side by side in one run on random-weight shapes (bf16):
 
-- ``decode``: one decode step on a StaticCache, CUDA-graph captured (``GraphedDecodeStep``), plain
-  (stock SDPA attention) vs with a ``CachedRecorder`` scoring every layer (T1, T2, T3, logit
-  statistics, one hidden layer), at a context of ``ctx`` tokens. Target: <= 1.10x.
-- ``follow``: an answer of ``answer`` tokens after a ``ctx``-token prompt, fed in chunks of 16 to a
-  ``CachedRecorder`` (prefill included), eagerly (``chunked``) and as chunk steps replayed from a CUDA
-  graph on a static cache (``chunked_graphed``, warm-up and capture included), vs one teacher-forced
-  ``record_forward`` over the finished sequence. Target: <= 1.20x.
+- ``decode``: one decode step on a StaticCache, CUDA-graph captured (``GraphedDecodeStep``), after a
+  ``ctx``-token prefill. Providers: ``splitk`` (the same split-K decoding kernel without statistics,
+  through a ``CachedRecorder`` that asks for nothing: the like-for-like baseline, it reads the same
+  ``kv_len`` keys), ``stats`` (T1, T2, T3 on every layer, logit statistics, one hidden layer) and
+  ``sdpa`` (the stock Transformers step: SDPA over the whole static cache with its dense mask).
+  Target: stats / splitk <= 1.10.
+- ``follow``: a ``ctx``-token prompt, then an answer of ``answer`` tokens in chunks of ``chunk``.
+  Providers: ``teacher_forced`` (one ``record_forward`` over the finished sequence, the baseline),
+  ``eager`` (``CachedRecorder.feed`` per chunk on a DynamicCache), ``graphed`` (a StaticCache, prefill
+  and every chunk replayed from a CUDA graph captured for an earlier answer, with its parts
+  ``graphed_prefill`` and ``graphed_replay``, ms per chunk), ``graphed_first`` (the first answer, which
+  pays for two eager warm-up steps and the capture) and ``graphed_plain`` (``graphed`` without
+  statistics: the floor of following in chunks).
+  Target: eager and graphed <= 1.20x teacher_forced.
+- ``memory``: peak CUDA memory of eager following for two answer lengths, minus the weights, the KV
+  cache and the recorder's buffers (per-token outputs, per-key column state): the residual must not
+  grow with the answer.
+- ``syncs``: host synchronisations in one eager chunk call (``torch.cuda.set_sync_debug_mode``) and the
+  top host-time operators of that call (``torch.profiler``), written to ``streaming_profile.txt``.
 
-Writes ``streaming.csv`` (long format: one row per measurement, with GPU and versions) and
-``streaming.md`` under ``--out``; rows are appended as each measurement finishes.
+Writes ``streaming.csv`` (long format, with GPU and versions; a row is flushed as soon as it is
+measured) and ``streaming.md`` under ``--out``. ``--shapes tiny`` runs end to end on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import datetime
 import time
+import warnings
 from pathlib import Path
 
 import torch
 import transformers
-import triton
+from _perf import LongCsv
 from flashstats_hf import DEFAULT_REQUEST, CachedRecorder, GraphedDecodeStep, record_forward
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, StaticCache
+from flashstats_kernels import StatsRequest
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen3Config, StaticCache
 
 SHAPES = {
     "llama3-8b": lambda: LlamaConfig(
@@ -41,26 +52,16 @@ SHAPES = {
     ),
     "smollm2-135m": lambda: LlamaConfig(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=65536,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=65536, tie_word_embeddings=True,
     ),
     "tiny": lambda: LlamaConfig(
         vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
     ),
 }  # fmt: skip
-FIELDS = [
-    "date",
-    "gpu",
-    "torch",
-    "triton",
-    "transformers",
-    "shape",
-    "bench",
-    "ctx",
-    "tokens",
-    "provider",
-    "ms",
-]
+FIELDS = ("transformers", "shape", "bench", "ctx", "tokens", "provider", "value", "unit")
+NOTHING = StatsRequest(rows=False, lookups=False, columns=False)
+"""What the ``splitk`` baseline asks for: the decoding kernel's attention output only."""
 
 
 def build(shape: str, device: str) -> torch.nn.Module:
@@ -78,7 +79,12 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _recorder(model, prompt: int, capacity: int, cache=None) -> CachedRecorder:
+def _recorder(model, prompt: int, capacity: int, cache=None, stats: bool = True) -> CachedRecorder:
+    """A recorder with the benchmark's statistics (``stats``) or with none (the split-K baseline)."""
+    if not stats:
+        return CachedRecorder(
+            model, prompt_len=prompt, request=NOTHING, logits=False, capacity=capacity, cache=cache
+        )
     mid = model.config.num_hidden_layers // 2
     return CachedRecorder(
         model, prompt_len=prompt, request=DEFAULT_REQUEST, logits=True, hidden_layers=(mid,),
@@ -86,13 +92,13 @@ def _recorder(model, prompt: int, capacity: int, cache=None) -> CachedRecorder:
     )  # fmt: skip
 
 
-def decode_step_ms(model, ctx: int, steps: int, stats: bool, device: str) -> float:
-    """Mean time of a captured decode step after a ``ctx``-token prefill, plain or recorded."""
+def decode_step_ms(model, ctx: int, steps: int, provider: str, device: str) -> float:
+    """Mean time of a captured decode step after a ``ctx``-token prefill (``sdpa``, ``splitk``, ``stats``)."""
     ids = torch.randint(0, model.config.vocab_size, (1, ctx + steps + 4), device=device)
     cache = StaticCache(config=model.config, max_cache_len=ctx + steps + 8)
     keep = torch.ones(1, ctx, dtype=torch.long, device=device)
-    rec = _recorder(model, ctx, steps + 8, cache) if stats else None
-    model.set_attn_implementation("attnstats" if stats else "sdpa")
+    rec = None if provider == "sdpa" else _recorder(model, ctx, steps + 8, cache, stats=provider == "stats")
+    model.set_attn_implementation("sdpa" if provider == "sdpa" else "attnstats")
     with torch.no_grad(), contextlib.ExitStack() as stack:
         if rec is not None:
             stack.enter_context(rec)
@@ -112,138 +118,286 @@ def decode_step_ms(model, ctx: int, steps: int, stats: bool, device: str) -> flo
     return elapsed / steps * 1e3
 
 
-def follow_graphed_ms(model, ctx: int, answer: int, chunk: int, device: str) -> float:
-    """Following on a StaticCache with chunk steps from a CUDA graph (warm-up and capture included), ms."""
-    ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
-    keep = torch.ones(1, ctx, dtype=torch.long, device=device)
+def follow_eager_ms(model, ids: torch.Tensor, ctx: int, chunk: int, device: str) -> float:
+    """Prefill plus one ``CachedRecorder.feed`` per chunk on a DynamicCache, statistics read at the end."""
     _sync(device)
     t0 = time.perf_counter()
-    cache = StaticCache(config=model.config, max_cache_len=ctx + answer)
-    rec = _recorder(model, ctx, answer, cache)
-    with torch.no_grad(), rec:
+    rec = _recorder(model, ctx, ids.shape[1] - ctx)
+    with rec:
         rec.feed(ids[:, :ctx])
-        step = GraphedDecodeStep(
-            model, cache, keep, recorder=rec, capture=device == "cuda", tokens_per_step=chunk
-        )
-        for at in range(ctx, ctx + answer, chunk):
-            step(ids[:, at : at + chunk])
+        for at in range(ctx, ids.shape[1], chunk):
+            rec.feed(ids[:, at : at + chunk])
     rec.stats()
     _sync(device)
     return (time.perf_counter() - t0) * 1e3
 
 
-def follow_ms(model, ctx: int, answer: int, chunk: int, device: str) -> tuple[float, float]:
-    """``(chunked following, one teacher-forced forward)`` total times in ms (second of two runs each)."""
-    ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
+def follow_graphed(model, ids: torch.Tensor, ctx: int, chunk: int, device: str, stats: bool) -> dict:
+    """Following on a StaticCache with chunk steps replayed from a CUDA graph, two answers, ms.
+
+    The first answer pays for two eager warm-up steps and the capture (``first``); the step is then
+    restarted for a second answer, all of whose chunks are replays (``total``, with its ``prefill`` and
+    the mean ``replay`` per chunk): what a process that follows answers one after another pays.
+    """
+    answer = ids.shape[1] - ctx
+    keep = torch.ones(1, ctx, dtype=torch.long, device=device)
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1])
+    rec = _recorder(model, ctx, answer, cache, stats=stats)
+    starts = list(range(ctx, ids.shape[1], chunk))
+    step, got = None, {}
+    with torch.no_grad(), rec:
+        for run in ("first", "total"):
+            _sync(device)
+            t0 = time.perf_counter()
+            if step is not None:
+                cache.reset()
+                rec.restart()
+            rec.feed(ids[:, :ctx])
+            _sync(device)
+            t1 = time.perf_counter()
+            if step is None:
+                step = GraphedDecodeStep(
+                    model, cache, keep, recorder=rec, capture=device == "cuda", tokens_per_step=chunk
+                )
+            else:
+                step.restart(keep)
+            for at in starts:
+                step(ids[:, at : at + chunk])
+            rec.stats()
+            _sync(device)
+            t2 = time.perf_counter()
+            got[run] = (t2 - t0) * 1e3
+        got["prefill"], got["replay"] = (t1 - t0) * 1e3, (t2 - t1) * 1e3 / len(starts)
+    return got
+
+
+def teacher_forced_ms(model, ids: torch.Tensor, ctx: int, device: str) -> float:
+    """One ``record_forward`` over the finished sequence with the same statistics as the recorder."""
     mid = model.config.num_hidden_layers // 2
-    times = []
+    _sync(device)
+    t0 = time.perf_counter()
+    record_forward(model, ids, response_start=ctx, request=DEFAULT_REQUEST, logits=True, hidden_layers=(mid,))
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def follow_rows(model, ctx: int, answer: int, chunk: int, device: str) -> dict[str, float]:
+    """Every ``follow`` provider, second of two runs each (the first compiles and tunes)."""
+    ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
+    got: dict[str, float] = {}
     for _ in range(2):
-        _sync(device)
-        t0 = time.perf_counter()
+        got["teacher_forced"] = teacher_forced_ms(model, ids, ctx, device)
+        got["eager"] = follow_eager_ms(model, ids, ctx, chunk, device)
+        parts = follow_graphed(model, ids, ctx, chunk, device, stats=True)
+        got.update({"graphed": parts["total"], "graphed_first": parts["first"]})
+        got.update({"graphed_prefill": parts["prefill"], "graphed_replay": parts["replay"]})
+        got["graphed_plain"] = follow_graphed(model, ids, ctx, chunk, device, stats=False)["total"]
+    return got
+
+
+def _bytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def memory_rows(model, ctx: int, answers: tuple[int, ...], chunk: int, device: str) -> list[dict]:
+    """Peak memory of eager following minus weights, KV cache and recorder buffers, per answer length."""
+    out = []
+    weights = _bytes(*model.parameters())
+    for answer in answers:
+        ids = torch.randint(0, model.config.vocab_size, (1, ctx + answer), device=device)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
         rec = _recorder(model, ctx, answer)
         with rec:
             rec.feed(ids[:, :ctx])
-            for at in range(ctx, ctx + answer, chunk):
+            for at in range(ctx, ids.shape[1], chunk):
                 rec.feed(ids[:, at : at + chunk])
-        rec.stats()
         _sync(device)
-        t1 = time.perf_counter()
-        record_forward(
-            model, ids, response_start=ctx, request=DEFAULT_REQUEST, logits=True, hidden_layers=(mid,)
+        peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0  # the CPU runs the code only
+        bf = rec.buf
+        assert bf is not None and isinstance(rec.cache, DynamicCache)
+        cache = _bytes(*(t for layer in rec.cache.layers for t in (layer.keys, layer.values)))
+        kept = _bytes(bf.rows, bf.diag_prev, bf.sinks, bf.logits, bf.hidden, bf.key_mask)
+        kept += _bytes(*(t for c in bf.columns for t in (c.sum, c.count)))
+        mib = 1 << 20
+        residual = (peak - weights - cache - kept) / mib
+        out.append({"answer": answer, "peak": (peak - weights) / mib, "kv_cache": cache / mib,
+                    "recorder_buffers": kept / mib, "residual": residual})  # fmt: skip
+        del rec
+    return out
+
+
+def sync_profile(model, ctx: int, chunk: int, device: str, path: Path) -> int:
+    """Synchronisations in one eager chunk call, and its top host-time operators (written to ``path``)."""
+    ids = torch.randint(0, model.config.vocab_size, (1, ctx + 3 * chunk), device=device)
+    rec = _recorder(model, ctx, 3 * chunk)
+    with rec:
+        rec.feed(ids[:, :ctx])
+        rec.feed(ids[:, ctx : ctx + chunk])
+        _sync(device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                rec.feed(ids[:, ctx + chunk : ctx + 2 * chunk])
+            finally:
+                if device == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
+        _sync(device)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            rec.feed(ids[:, ctx + 2 * chunk :])
+            _sync(device)
+    # set_sync_debug_mode announces itself once with a warning that is no synchronisation
+    syncs = [
+        str(w.message).splitlines()[0]
+        for w in caught
+        if "synchroniz" in str(w.message) and "prototype feature" not in str(w.message)
+    ]
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    path.write_text(
+        f"synchronising calls in one eager chunk: {len(syncs)}\n" + "\n".join(syncs) + "\n\n" + table
+    )
+    return len(syncs)
+
+
+def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]:
+    """Device time per decode step by kernel, without and with statistics (eager steps), to ``path``.
+
+    Returns:
+        ``{provider: device ms per step}`` for ``splitk`` and ``stats``.
+    """
+    totals, tables = {}, []
+    for provider in ("splitk", "stats"):
+        ids = torch.randint(0, model.config.vocab_size, (1, ctx + 12), device=device)
+        cache = StaticCache(config=model.config, max_cache_len=ctx + 16)
+        rec = _recorder(model, ctx, 16, cache, stats=provider == "stats")
+        with torch.no_grad(), rec:
+            rec.feed(ids[:, :ctx])
+            step = GraphedDecodeStep(
+                model, cache, torch.ones(1, ctx, device=device), recorder=rec, capture=False
+            )
+            for i in range(2):
+                step(ids[:, ctx + i : ctx + i + 1])
+            _sync(device)
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=activities) as prof:
+                for i in range(2, 7):
+                    step(ids[:, ctx + i : ctx + i + 1])
+                _sync(device)
+        events = prof.key_averages()
+        attr = "device_time_total" if device == "cuda" else "cpu_time_total"
+        # kernels only: an operator's self device time repeats the time of the kernels it launched
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        totals[provider] = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
+        tables.append(
+            f"== {provider}: {totals[provider]:.3f} device ms per step\n"
+            + events.table(sort_by=attr, row_limit=25)
         )
-        _sync(device)
-        times.append(((t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3))
-    return times[-1]
+    path.write_text("\n\n".join(tables))
+    return totals
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
-    parser.add_argument("--shapes", default="llama3-8b,qwen3-0.6b,smollm2-135m")
-    parser.add_argument("--contexts", default="8192,32768")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--follow-ctx", type=int, default=4096)
-    parser.add_argument("--answer", type=int, default=256)
-    parser.add_argument("--chunk", type=int, default=16)
-    args = parser.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--shapes", default="llama3-8b,qwen3-0.6b,smollm2-135m")
+    ap.add_argument("--contexts", default="8192,32768")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--follow-ctx", type=int, default=4096)
+    ap.add_argument("--answer", type=int, default=256)
+    ap.add_argument("--chunk", type=int, default=16)
+    ap.add_argument("--memory-answers", default="256,1024")
+    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds before no new shape starts")
+    ap.add_argument(
+        "--profile-decode", default="", help="SHAPE:CTX,...: only device time per kernel of a step"
+    )
+    args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
-    }  # fmt: skip
-    path = out / "streaming.csv"
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        writer.writeheader()
-
-        def row(**kw):
-            writer.writerow({**meta, **kw})
-            fh.flush()
-            print(kw, flush=True)
-
-        for shape in args.shapes.split(","):
+    args.out.mkdir(parents=True, exist_ok=True)
+    csv = LongCsv(args.out / "streaming.csv", FIELDS)
+    start = time.perf_counter()
+    if args.profile_decode:
+        for item in args.profile_decode.split(","):
+            shape, ctx = item.split(":")
             model = build(shape, device)
-            for ctx in (int(c) for c in args.contexts.split(",")):
-                for stats in (False, True):
-                    ms = decode_step_ms(model, ctx, args.steps, stats, device)
-                    row(
-                        shape=shape,
-                        bench="decode",
-                        ctx=ctx,
-                        tokens=1,
-                        provider="stats" if stats else "plain",
-                        ms=ms,
-                    )
-            chunked, forward = follow_ms(model, args.follow_ctx, args.answer, args.chunk, device)
-            follow_graphed_ms(model, args.follow_ctx, args.answer, args.chunk, device)  # compile
-            graphed = follow_graphed_ms(model, args.follow_ctx, args.answer, args.chunk, device)
-            for provider, ms in (
-                ("chunked", chunked),
-                ("chunked_graphed", graphed),
-                ("teacher_forced", forward),
-            ):
-                row(
-                    shape=shape,
-                    bench="follow",
-                    ctx=args.follow_ctx,
-                    tokens=args.answer,
-                    provider=provider,
-                    ms=ms,
-                )
+            path = args.out / f"streaming_decode_profile_{shape}_{ctx}.txt"
+            for provider, ms in decode_profile(model, int(ctx), device, path).items():
+                csv.add(transformers=transformers.__version__, shape=shape, bench="decode_device", ctx=ctx,
+                        tokens=1, provider=provider, value=round(ms, 4), unit="ms")  # fmt: skip
+                print(shape, ctx, provider, f"{ms:.3f} device ms per step", flush=True)
             del model
-            if device == "cuda":
-                torch.cuda.empty_cache()
-    write_table(path, out / "streaming.md", meta)
+        csv.close()
+        return
+
+    def row(shape, bench, ctx, tokens, provider, value, unit="ms"):
+        csv.add(transformers=transformers.__version__, shape=shape, bench=bench, ctx=ctx, tokens=tokens,
+                provider=provider, value=round(value, 4), unit=unit)  # fmt: skip
+        print(shape, bench, ctx, tokens, provider, f"{value:.3f}", unit, flush=True)
+
+    for shape in args.shapes.split(","):
+        if time.perf_counter() - start > args.budget:
+            print(f"budget spent: {shape} not run", flush=True)
+            continue
+        model = build(shape, device)
+        for name, ms in follow_rows(model, args.follow_ctx, args.answer, args.chunk, device).items():
+            row(shape, "follow", args.follow_ctx, args.answer, name, ms)
+        for ctx in (int(c) for c in args.contexts.split(",")):
+            for provider in ("splitk", "stats", "sdpa"):
+                row(
+                    shape,
+                    "decode",
+                    ctx,
+                    1,
+                    provider,
+                    decode_step_ms(model, ctx, args.steps, provider, device),
+                )
+        answers = tuple(map(int, args.memory_answers.split(",")))
+        for m in memory_rows(model, args.follow_ctx, answers, args.chunk, device):
+            for key in ("peak", "kv_cache", "recorder_buffers", "residual"):
+                row(shape, "memory", args.follow_ctx, m["answer"], key, m[key], "MiB")
+        syncs = sync_profile(
+            model, args.follow_ctx, args.chunk, device, args.out / f"streaming_profile_{shape}.txt"
+        )
+        row(shape, "syncs", args.follow_ctx, args.chunk, "eager_chunk", syncs, "count")
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        write_table(csv.rows, args.out / "streaming.md")
+    csv.close()
 
 
-def write_table(csv_path: Path, md_path: Path, meta: dict) -> None:
-    """The Markdown table of ratios: stats / plain per decode step, chunked / teacher-forced following."""
-    rows = list(csv.DictReader(csv_path.open()))
-    by = {(r["shape"], r["bench"], r["ctx"], r["provider"]): float(r["ms"]) for r in rows}
-    tokens = {(r["shape"], r["bench"], r["ctx"]): r["tokens"] for r in rows}
+def write_table(rows: list[dict], md_path: Path) -> None:
+    """Ratios: stats / splitk (and / sdpa) per decode step; each following provider / teacher_forced."""
+    by = {(r["shape"], r["bench"], str(r["ctx"]), r["provider"]): float(r["value"]) for r in rows}
+    env = rows[0]
     lines = [
-        f"Scoring while generating, {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, "
-        f"transformers {meta['transformers']}, {meta['date']} UTC. Random-weight bf16 shapes, batch 1.",
+        f"Scoring while generating, {env['gpu']}, torch {env['torch']}, triton {env['triton']}, "
+        f"transformers {env['transformers']}, {env['date']}. Random-weight bf16 shapes, batch 1.",
         "",
-        "| shape | measurement | context | baseline ms | with statistics ms | ratio | target | met |",
-        "|---|---|---|---|---|---|---|---|",
+        "| shape | measurement | context | baseline | baseline ms | ms | ratio | target | met |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (shape, bench, ctx, provider), ms in by.items():
-        base_name, target = ("plain", 1.10) if bench == "decode" else ("teacher_forced", 1.20)
-        if provider == base_name or (shape, bench, ctx, base_name) not in by:
+        if bench == "decode" and provider in ("stats", "sdpa") and (shape, bench, ctx, "splitk") in by:
+            base, name = by[(shape, bench, ctx, "splitk")], "split-K, no statistics"
+            what, target = f"decode step ({provider}), graphed", 1.10 if provider == "stats" else None
+        elif bench == "follow" and provider in ("eager", "graphed", "graphed_first", "graphed_plain"):
+            base, name = by[(shape, bench, ctx, "teacher_forced")], "teacher-forced record_forward"
+            what, target = (
+                f"follow in chunks ({provider})",
+                1.20 if provider in ("eager", "graphed") else None,
+            )
+        else:
             continue
-        base = by[(shape, bench, ctx, base_name)]
-        n = tokens[(shape, bench, ctx)]
-        kind = "graphed" if provider == "chunked_graphed" else "eager"
-        what = "decode step, graphed" if bench == "decode" else f"follow {n} tokens, {kind} chunks"
         ratio = ms / base
-        lines.append(
-            f"| {shape} | {what} | {ctx} | {base:.3f} | {ms:.3f} | {ratio:.2f}x | <= {target:.2f}x | "
-            f"{'met' if ratio <= target else 'missed'} |"
-        )
+        verdict = "" if target is None else ("met" if ratio <= target else "missed")
+        goal = "" if target is None else f"<= {target:.2f}x"
+        cells = (shape, what, ctx, name, f"{base:.3f}", f"{ms:.3f}", f"{ratio:.2f}x", goal, verdict)
+        lines.append("| " + " | ".join(cells) + " |")
     md_path.write_text("\n".join(lines) + "\n")
 
 

@@ -57,35 +57,29 @@ def _write_json(path: Path, obj) -> None:
 def phase_extract(args) -> None:
     """Records of every example (halluprobe cache) + per-token data + induction ranking."""
     import torch
-    from extraction import TokenExtractor
+    from extraction import TimedExtractor
     from flashstats_hf import load_model
     from halluprobe import FeatureCache, ProxyExtractor, extract_records, induction_scores
+    from halluprobe.localisation import TokenStore
 
     datasets = data.load(args.data)
     model, tok = load_model(_model_folder(args), device=args.device, dtype=_dtype(args))
-    ext = ProxyExtractor(model, tok)
+    ext = ProxyExtractor(model, tok, backend=args.backend)
     settings = {**ext.settings, "proxy": "SmolLM2-135M-Instruct", "dtype": str(_dtype(args))}
     cache = FeatureCache(args.work / "cache", settings)
     _write_json(args.work / "settings.json", settings)  # the analysis opens the cache with the same settings
-    te = TokenExtractor(ext, backend=args.backend)
+    te = TimedExtractor(ext)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     complete = []
     for name in datasets:
-        te.toha = name in TOHA_SETS
-        te.token_dir = args.work / "tokens" if name.startswith("ragtruth") else None
-        examples = list(datasets[name].examples)
+        ext.toha = name in TOHA_SETS  # the cache key keeps the settings above (TOHA fills only mtopdiv)
+        ext.token_store = TokenStore(args.work / "tokens") if name.startswith("ragtruth") else None
         try:
-            extract_records(
-                examples,
-                _until(te, args.deadline),
-                cache,
-                batch_size=args.batch_size,
-                length=ext.length,
-                progress=True,
-                desc=name,
-            )
+            examples = list(datasets[name].examples)
+            extract_records(examples, _until(te, args.deadline), cache, batch_size=args.batch_size,
+                            length=ext.length, progress=True, desc=name)  # fmt: skip
         except DeadlineReached:
             print(f"extract: deadline reached during {name}; later datasets are left out", flush=True)
             break
@@ -94,29 +88,21 @@ def phase_extract(args) -> None:
             print(te.log[-1], flush=True)
             continue
         complete.append(name)
-    wall = time.perf_counter() - t0
-    ind = induction_scores(model)
     stats = {
-        "examples_computed": te.count,
-        "compute_seconds": te.seconds,
-        "wall_seconds": wall,
-        "seconds_per_example": te.seconds / max(te.count, 1),
-        "backend": te.backend,
-        "log": te.log,
+        "examples_computed": te.count, "compute_seconds": te.seconds,
+        "wall_seconds": time.perf_counter() - t0,
+        "seconds_per_example": te.seconds / max(te.count, 1), "backend": ext.backend, "log": te.log,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
-        "device": _device_name(args.device),
-        "dtype": str(_dtype(args)),
-        "batch_size": args.batch_size,
+        "device": _device_name(args.device), "dtype": str(_dtype(args)), "batch_size": args.batch_size,
         "layers": list(range(int(model.config.num_hidden_layers))),
-        "induction": ind.tolist(),
-        "complete": complete,
-    }
+        "induction": induction_scores(model).tolist(), "complete": complete,
+    }  # fmt: skip
     prev = args.work / "extract.json"
     if prev.exists() and te.count == 0:  # a resumed run that computed nothing keeps the earlier timing
         old = json.loads(prev.read_text())
         stats.update({k: old[k] for k in ("examples_computed", "compute_seconds", "seconds_per_example")})
     _write_json(prev, stats)
-    print(f"extract: {te.count} new records in {te.seconds:.1f} s ({te.backend}); cache has {len(cache)}")
+    print(f"extract: {te.count} new records in {te.seconds:.1f} s ({ext.backend}); cache has {len(cache)}")
 
 
 class DeadlineReached(RuntimeError):
@@ -253,7 +239,9 @@ def main(argv=None) -> int:
             only = args.only.split(",") if args.only else None
             print("prepare:", data.prepare(args.data, limit=args.limit, subset=args.subset, only=only))
         else:
-            globals()[f"phase_{phase}"](args)
+            {"extract": phase_extract, "judge": phase_judge, "cost": phase_cost, "analyze": phase_analyze}[
+                phase
+            ](args)
         print(f"[{phase}] {time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 

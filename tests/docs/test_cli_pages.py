@@ -29,3 +29,13 @@ def test_halluprobe_page_has_every_command_in_its_synopsis_and_a_section():
 @pytest.mark.parametrize("module", ["halluprobe.cli", "halujudge.cli", "halubench_data.cli"])
 def test_reference_page_generates_every_tool(module):
     assert f"<!-- cli-help: {module} -->" in (DOCS / "guide" / "cli-conventions.md").read_text()
+
+
+def test_predict_json_example_has_the_documented_keys():
+    import json
+
+    from halluprobe._cli_schemas import PREDICT
+
+    text = (DOCS / "guide" / "cli.md").read_text()
+    (example,) = re.findall(r'^`(\{"id": .*\})`$', text, re.MULTILINE)
+    assert list(json.loads(example)) == list(PREDICT)

@@ -72,9 +72,9 @@ def compile_decode() -> None:
     for special in (False, True):
         flags = dict(D=64, GROUP=3, HAS_MASK=special, HAS_SOFTCAP=special, HAS_WINDOW=special, WHILE=False,
                      BLOCK_D=64)  # fmt: skip
-        _compile(fused._split_kernel, dict(flags, SPLITS=4, ROWS=True, MMA=0, BLOCK_M=16, BLOCK_N=64),
+        _compile(fused._split_kernel, dict(flags, ROWS=True, MMA=0, BLOCK_M=16, BLOCK_N=64),
                  DECODE_POINTERS)  # fmt: skip
-        _compile(fused._merge_kernel, dict(flags, SPLITS=4, ROWS=True, LOOKUPS=True, BLOCK_M=16),
+        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, BLOCK_M=16),
                  DECODE_POINTERS)  # fmt: skip
         _compile(fused._columns_kernel, dict(flags, MMA=0, BLOCK_M=16, BLOCK_N=64), DECODE_POINTERS)
 

@@ -78,28 +78,6 @@ def test_cuda_graph_capture_with_sink_lookups(sinks_as):
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-def test_transformers_model_compiles_fullgraph():
-    from flashstats_hf import ATTN_IMPLEMENTATION
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=101, hidden_size=128, intermediate_size=256, num_attention_heads=4,
-                         num_key_value_heads=2, num_hidden_layers=2)  # fmt: skip
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).cuda().eval()
-    ids = torch.randint(3, 101, (2, 50), device="cuda")
-    mask = torch.ones_like(ids)
-    mask[1, :7] = 0
-
-    def forward(ids, mask):
-        return model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        explain = torch._dynamo.explain(forward)(ids, mask)
-        assert (explain.graph_count, explain.graph_break_count) == (1, 0), explain.break_reasons
-        torch.testing.assert_close(torch.compile(forward, fullgraph=True)(ids, mask), forward(ids, mask))
-
-
 def test_gradient_request_raises():
     q, k, v, mask, plen, sinks = make(4)
     q.requires_grad_()

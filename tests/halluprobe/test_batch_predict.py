@@ -73,12 +73,15 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
         examples.append(
             TokenExample(feats, token_offsets(ext.tokenizer, it.answer, ids[start:]), gold, it.id)
         )
-    probe = fit_token_probe(examples[:6], examples[6:])
+    # a neighbourhood view, smoothing and gap merging, all saved with the detector
+    probe = fit_token_probe(examples[:6], examples[6:], windows=(2,), smooths=(1,), gaps=(2,))
+    assert (probe.window, probe.smooth, probe.gap) == (2, 1, 2)
     Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
     for field in ("mean", "scale", "coef"):
         np.testing.assert_array_equal(getattr(loaded.token_probe, field), getattr(probe, field))
     assert (loaded.token_probe.threshold, loaded.token_probe.C) == (probe.threshold, probe.C)
+    assert (loaded.token_probe.window, loaded.token_probe.smooth, loaded.token_probe.gap) == (2, 1, 2)
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
@@ -177,3 +180,26 @@ def test_token_examples_align_features_offsets_and_gold(ext):
         )
         np.testing.assert_allclose(ex.features, token_features(fs, b, recs[b].answer_len), atol=1e-5)
         assert ex.labels.tolist() == [1, 1, 1] + [0] * (len(it.answer) - 3) and ex.group == f"g{b}"
+
+
+def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, char_extractor, tmp_path):
+    from types import SimpleNamespace
+
+    from halluprobe.localisation import TokenStore
+    from halubench_data import Span
+
+    store = TokenStore(tmp_path / "tokens")
+    ext = char_extractor(char_llama, token_store=store)
+    items, encoded, fs, recs = _examples(ext, TRIPLES[:2])
+    got = ext(items)  # records as without a store, and one token file per answer
+    for a, b in zip(got, recs, strict=True):
+        np.testing.assert_array_equal(a.head_stats, b.head_stats)
+    ex = SimpleNamespace(id="e0", answer=TRIPLES[0][2], spans=(Span(13, 17),), group="g")
+    te = store.example(ex)
+    want = token_features(fs, 0, recs[0].answer_len).astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(te.features, want)
+    np.testing.assert_array_equal(
+        te.offsets, token_offsets(ext.tokenizer, TRIPLES[0][2], encoded[0][0][encoded[0][1] :])
+    )
+    assert te.gold.sum() == 4 and te.gold[13:17].all() and te.group == "g"
+    assert len(list((tmp_path / "tokens").glob("*.npz"))) == 2

@@ -135,3 +135,42 @@ def test_block_state_round_trip(record_factory):
         np.testing.assert_array_equal(again.transform(recs), block.transform(recs))
     with pytest.raises(ValueError, match="unknown feature block"):
         block_from_state({"name": "X9"}, {})
+
+
+@pytest.mark.parametrize(
+    "block",
+    [A7Block([0, 2]), A64Block(k=2, components=3), H64Block(layer=0, components=4), L9Block()],
+    ids=lambda b: b.name,
+)
+def test_blocks_are_clonable_sklearn_transformers(block, record_factory):
+    from sklearn.base import clone
+
+    params = block.get_params()
+    copy = clone(block)
+    assert type(copy) is type(block) and copy.get_params().keys() == params.keys()
+    assert copy.config == block.config and copy is not block
+    rng = np.random.default_rng(8)
+    recs = [record_factory(f"r{i}", rng) for i in range(12)]
+    out = clone(block).fit_transform(recs, np.arange(12) % 2)
+    assert out.shape[0] == 12 and out.dtype == np.float64
+
+
+def test_block_set_params_changes_the_config():
+    b = A64Block(k=1, components=64).set_params(k=3, components=8)
+    assert b.config == {"k": 3, "components": 8}
+    assert H64Block().set_params(layer=1).state()[0] == {"name": "H64", "layer": 1, "components": 64}
+
+
+def test_block_in_a_pipeline_under_cross_val_score(record_factory):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+
+    rng = np.random.default_rng(9)
+    y = np.arange(60) % 2
+    recs = [record_factory(f"r{i}", rng) for i in range(60)]
+    for r, label in zip(recs, y, strict=True):
+        r.sink_topk[0, 0, 0] += 3.0 * label  # one sink value carries the label
+    pipe = make_pipeline(A64Block(k=1, components=8), LogisticRegression())
+    scores = cross_val_score(pipe, recs, y, cv=3, scoring="roc_auc")
+    assert scores.shape == (3,) and scores.mean() > 0.9

@@ -13,12 +13,14 @@ from halluprobe.detectors import (
     logdiag_matrix,
     lookback_matrix,
     mtopdiv,
+    rauq_matrix,
     rauq_score,
     sink_matrix,
     toha_matrix,
 )
 from halluprobe.records import HEAD_STATS
 from scipy.sparse.csgraph import minimum_spanning_tree
+from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 
@@ -184,9 +186,18 @@ def test_rauq_hand_case_and_selection():
     ref = max(layer_u(prev[0, 1]), layer_u(prev[1, 0]))
     assert rauq_score(prev, prob, a) == pytest.approx(ref)
     det = RAUQ(alpha=a).fit()
-    np.testing.assert_allclose(
-        det.decision_function([(prev, prob), (prev, np.ones(3))]), [ref, layer_u_ones(prev, a)]
-    )
+    # the array input: row 0 probabilities, then each layer's previous-token head (NaN after the answer)
+    X = np.full((2, 3, 4), np.nan)
+    X[0, 0, :3], X[1, 0, :3] = prob, np.ones(3)
+    X[:, 1, :3], X[:, 2, :3] = prev[0, 1], prev[1, 0]
+    np.testing.assert_allclose(det.raw_score(X), [ref, layer_u_ones(prev, a)])
+    np.testing.assert_allclose(det.decision_function(X), det.raw_score(X) - np.log(2.0))
+    p = det.predict_proba(X)
+    assert p.shape == (2, 2)
+    np.testing.assert_allclose(p[:, 1], 1.0 - np.exp(-det.raw_score(X)))
+    np.testing.assert_array_equal(det.predict(X), (p[:, 1] > 0.5).astype(int))
+    with pytest.raises(ValueError, match="rauq_matrix"):
+        det.raw_score(X[:, 0])
     with pytest.raises(ValueError, match="alpha"):
         RAUQ(alpha=0.0).fit()
     with pytest.raises(ValueError, match="token_prev"):
@@ -220,3 +231,55 @@ def test_matrices_from_records(record_factory):
     assert toha_matrix(recs).shape == (4, 6)
     with pytest.raises(ValueError, match="TOHA"):
         toha_matrix([record_factory("x", rng)])
+
+
+def test_rauq_matrix_from_records_matches_the_per_answer_score(record_factory):
+    rng = np.random.default_rng(5)
+    recs = [record_factory(f"r{i}", rng, nl=2, h=3, a=a) for i, a in enumerate((5, 2, 7))]
+    X = rauq_matrix(recs, logprob_index=0)
+    assert X.shape == (3, 3, 7)
+    assert np.isnan(X[1, :, 2:]).all() and not np.isnan(X[1, :, :2]).any()
+    ref = [rauq_score(r.token_prev, np.exp(r.token_logit[:, 0]), 0.2) for r in recs]
+    np.testing.assert_array_equal(RAUQ().fit().raw_score(X), ref)
+    det = RAUQ().fit(X, np.array([0, 1, 1]))
+    assert det.predict_proba(X).shape == (3, 2)
+
+
+SUPERVISED = (
+    LookbackLens(),
+    LookbackLensHeads(max_heads=3),
+    SinkProbe(),
+    LLMCheckAttention(),
+    INTRYGUE(ks=(1, 2)),
+    SinkRate(ks=(1, 2)),
+    TOHA(max_heads=3),
+)
+
+
+@pytest.mark.parametrize("det", SUPERVISED, ids=lambda d: type(d).__name__)
+def test_every_detector_predict_proba_is_n_by_2_and_agrees_with_predict(det):
+    rng = np.random.default_rng(6)
+    y = _labels(120)
+    X = rng.random((120, 5))
+    X[:, 1:3] += 0.8 * y[:, None]
+    X[:, 0] = 1.0 + X[:, 0]
+    det = clone(det).fit(X, y)
+    p = det.predict_proba(X)
+    assert p.shape == (120, 2)
+    np.testing.assert_allclose(p.sum(1), 1.0)
+    np.testing.assert_array_equal(det.classes_[p.argmax(1)], det.predict(X))
+    # the probability ranks like the decision function (a monotone map of it)
+    order = np.argsort(det.decision_function(X), kind="stable")
+    assert np.all(np.diff(p[order, 1]) >= 0)
+    assert p[y == 1, 1].mean() > p[y == 0, 1].mean()
+
+
+def test_platt_slope_fits_the_known_logistic_slope():
+    from halluprobe.detectors import _platt_slope
+
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=20_000)
+    y = (rng.random(20_000) < 1.0 / (1.0 + np.exp(-2.5 * z))).astype(int)
+    assert _platt_slope(z, y) == pytest.approx(2.5, rel=0.08)
+    assert _platt_slope(z, 1 - y) == pytest.approx(1e-6)  # anti-correlated: no signal, floor
+    assert _platt_slope(np.zeros(5), np.array([0, 1, 0, 1, 1])) == pytest.approx(1e-6)

@@ -4,11 +4,16 @@ import numpy as np
 import pytest
 from halluprobe.localisation import (
     TokenExample,
+    _CharIndex,
     char_mask,
+    choose_decoding,
     choose_span_threshold,
+    close_gaps,
+    context_features,
     decode_spans,
     evaluate_spans,
     fit_token_probe,
+    smooth_scores,
     span_counts,
     span_prf,
     token_offsets,
@@ -44,26 +49,30 @@ def test_span_metric_counts_characters_micro_averaged():
     assert tuple(span_prf(np.zeros(3))) == (0.0, 0.0, 0.0)
 
 
+PLAIN = {"windows": (0,), "smooths": (0,), "gaps": (0,)}
+"""The plain token probe: the token's own features, no smoothing, no gap merging."""
+
+
+def _example(gold_tokens, signal, rng, width, group, strength=2.0, noise=1.0):
+    """Tokens of ``width`` characters; feature 0 is ``strength`` on ``signal`` tokens plus noise."""
+    a = len(gold_tokens)
+    feats = np.stack([signal * strength + rng.normal(0, noise, a), rng.normal(size=a)], 1)
+    offsets = np.stack([np.arange(a) * width, np.arange(a) * width + width], 1)
+    return TokenExample(feats.astype(np.float32), offsets, np.repeat(gold_tokens, width), group)
+
+
 def _synthetic(n, rng, noise=1.0):
     out = []
     for i in range(n):
-        a = 6
-        gold_tokens = rng.random(a) < 0.3
-        feats = np.stack([gold_tokens * 2.0 + rng.normal(0, noise, a), rng.normal(size=a)], 1).astype(
-            np.float32
-        )
-        offsets = np.stack([np.arange(a) * 4, np.arange(a) * 4 + 4], 1)
-        gold = np.zeros(a * 4, dtype=bool)
-        for t in np.flatnonzero(gold_tokens):
-            gold[t * 4 : t * 4 + 4] = True
-        out.append(TokenExample(feats, offsets, gold, f"g{i // 2}"))
+        gold_tokens = rng.random(6) < 0.3
+        out.append(_example(gold_tokens, gold_tokens, rng, 4, f"g{i // 2}", noise=noise))
     return out
 
 
 def test_token_probe_fits_with_the_protocol_and_localises():
     rng = np.random.default_rng(0)
     train, val, test = _synthetic(80, rng), _synthetic(30, rng), _synthetic(30, rng)
-    probe = fit_token_probe(train, val)
+    probe = fit_token_probe(train, val, **PLAIN)
     assert probe.C in (0.01, 0.1, 1.0) and probe.val_auroc > 0.8 and probe.coef[0] > 0
     proba = probe.predict_proba(test[0].features)
     assert proba.shape == (6, 2) and np.allclose(proba.sum(1), 1.0)
@@ -107,7 +116,7 @@ def test_token_probe_scores_equal_scikit_learn_to_the_last_bit():
 
     rng = np.random.default_rng(2)
     train, val = _synthetic(60, rng), _synthetic(20, rng)
-    probe = fit_token_probe(train, val)
+    probe = fit_token_probe(train, val, **PLAIN)
     x = np.concatenate([e.features for e in train])
     y = np.concatenate([e.labels for e in train])
     lr = LogisticRegression(C=probe.C, class_weight="balanced", max_iter=500).fit(
@@ -117,3 +126,81 @@ def test_token_probe_scores_equal_scikit_learn_to_the_last_bit():
         got = probe.decision_function(e.features)
         np.testing.assert_array_equal(got, lr.decision_function((e.features - probe.mean) / probe.scale))
         assert got.dtype == np.float32
+
+
+def test_context_features_window_mean_answer_mean_and_position():
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    assert context_features(x, 0) is x or np.array_equal(context_features(x, 0), x)
+    c = context_features(x, 1)
+    assert c.shape == (5, 7) and c.dtype == np.float32
+    np.testing.assert_array_equal(c[:, :2], x)
+    np.testing.assert_allclose(c[0, 2:4], x[:2].mean(0))  # clipped at the start
+    np.testing.assert_allclose(c[2, 2:4], x[1:4].mean(0))
+    np.testing.assert_allclose(c[:, 4:6], np.broadcast_to(x.mean(0), (5, 2)))
+    np.testing.assert_allclose(c[:, 6], [0, 0.25, 0.5, 0.75, 1.0])
+
+
+def test_smoothing_and_gap_closing():
+    np.testing.assert_allclose(smooth_scores(np.array([0.0, 3.0, 0.0, 0.0]), 1), [1.5, 1.0, 1.0, 0.0])
+    s = np.array([1.0, 2.0])
+    assert smooth_scores(s, 0) is s
+    f = np.array([1, 0, 0, 1, 0, 1, 0], dtype=bool)
+    np.testing.assert_array_equal(close_gaps(f, 1), [1, 0, 0, 1, 1, 1, 0])
+    np.testing.assert_array_equal(close_gaps(f, 2), [1, 1, 1, 1, 1, 1, 0])
+    np.testing.assert_array_equal(close_gaps(f, 0), f)
+    assert not close_gaps(np.zeros(3, bool), 5).any()
+    sc = np.array([0.9, 0.1, 0.8, 0.0, 0.0])
+    assert decode_spans(OFFSETS, sc, 0.5, 18, gap=1) == (Span(0, 12, "hallucination"),)
+
+
+@pytest.mark.parametrize("gap", [0, 2])
+def test_fast_char_index_equals_the_per_answer_counts(gap):
+    rng = np.random.default_rng(3)
+    exs = _synthetic(25, rng)
+    # overlapping and out-of-range offsets too: the union of characters must still be exact
+    exs[0] = TokenExample(exs[0].features, np.array([[0, 6], [4, 8], [8, 30], [12, 16], [16, 20], [20, 24]]),
+                          exs[0].gold, exs[0].group)  # fmt: skip
+    scores = [rng.normal(size=len(e.offsets)) for e in exs]
+    index = _CharIndex(exs)
+    for thr in (-0.5, 0.0, 0.7):
+        slow = float(span_prf(span_counts(exs, scores, thr, gap).sum(0))[2])
+        assert index.f1(index.flags(np.concatenate(scores), thr, gap)) == slow
+
+
+def _spotty(n, rng):
+    """Hallucinated runs of 4 tokens whose middle tokens carry no signal of their own."""
+    out = []
+    for i in range(n):
+        lab = np.zeros(24, bool)
+        if i % 2 == 0:
+            s0 = int(rng.integers(0, 20))
+            lab[s0 : s0 + 4] = True
+        out.append(_example(lab, lab & (rng.random(24) < 0.5), rng, 3, f"g{i}", strength=3.0, noise=0.5))
+    return out
+
+
+def test_context_window_and_decoding_are_chosen_on_validation_and_help():
+    rng = np.random.default_rng(4)
+    train, val, test = _spotty(120, rng), _spotty(60, rng), _spotty(60, rng)
+    plain = fit_token_probe(train, val, **PLAIN)
+    rich = fit_token_probe(train, val, windows=(0, 2), smooths=(0, 1, 2), gaps=(0, 1, 3))
+    assert rich.window == 2 and rich.val_auroc > plain.val_auroc
+    raw = [
+        fit_token_probe(train, val, windows=(rich.window,), smooths=(0,), gaps=(0,)).decision_function(
+            e.features
+        )
+        for e in val
+    ]
+    sm, gap, thr, f1 = choose_decoding(val, raw, smooths=(0, 1, 2), gaps=(0, 1, 3))
+    assert (sm, gap, thr) == (rich.smooth, rich.gap, rich.threshold)
+    res = [
+        evaluate_spans(
+            test, [p.decision_function(e.features) for e in test], p.threshold, gap=p.gap, n_bootstrap=10
+        )  # fmt: skip
+        for p in (plain, rich)
+    ]
+    assert res[1].span_f1 > res[0].span_f1 and res[1].token_auroc > res[0].token_auroc
+    spans = rich.spans(test[0].features, test[0].offsets, len(test[0].gold))
+    assert spans == decode_spans(
+        test[0].offsets, rich.decision_function(test[0].features), rich.threshold, len(test[0].gold), rich.gap
+    )

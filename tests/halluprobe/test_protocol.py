@@ -46,7 +46,11 @@ def test_fit_blocks_ties_to_smallest_c_and_threshold_from_validation(record_fact
         r.head_stats[...] = label + 0.01 * r.head_stats
     fit = fit_blocks([A7Block([0])], "A7", train, y_tr, train, y_tr)
     assert fit.C == min(CS) and fit.val_auroc == 1.0
-    p = fit.predict_proba(train)
+    proba = fit.predict_proba(train)
+    assert proba.shape == (len(train), 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+    p = proba[:, 1]
+    np.testing.assert_array_equal(fit.predict(train), (p >= fit.threshold).astype(int))
     # separable validation: the highest-F1 threshold that keeps F1 = 1 is the smallest positive score
     assert fit.threshold == pytest.approx(p[y_tr == 1].min())
     assert np.all(p[y_tr == 0] < fit.threshold)

@@ -16,7 +16,8 @@ PACKAGES = {
     "halujudge": "halujudge",
     "halubench-data": "halubench_data",
 }
-REPO = "https://github.com/flashstats/halluprobe"
+REPO = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flashstats"]["repository"]
+"""The one definition of the repository address; everything that names it is checked against it."""
 
 
 def pyproject(pkg: str) -> dict:
@@ -94,3 +95,14 @@ def test_readme_links_work_on_a_package_index(pkg):
 
 def test_link_pattern_sees_relative_links():
     assert LINK.findall("see [a](docs/x.md) and [b](https://x.org/y)") == ["docs/x.md", "https://x.org/y"]
+
+
+def test_every_repository_address_is_the_defined_one():
+    """mkdocs' repo_url and every link to the repository's owner use the address of the root pyproject."""
+    assert re.search(rf"^repo_url: {re.escape(REPO)}$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    owner = REPO.rsplit("/", 1)[0] + "/"
+    files = [ROOT / "README.md", ROOT / "mkdocs.yml", *ROOT.glob("packages/*/README.md")]
+    files += [*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("docs/**/*.md")]
+    for path in files:
+        for url in re.findall(rf"{re.escape(owner)}[^\s\"')\]>]*", path.read_text()):
+            assert url == REPO or url.startswith(REPO + "/"), f"{path.relative_to(ROOT)}: {url}"

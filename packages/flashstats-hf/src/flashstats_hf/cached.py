@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from contextvars import Token
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from flashstats_kernels import ColumnState, LookupStats, RowStats, StatsRequest, decode_attention
@@ -32,7 +33,7 @@ from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices
 from flashstats_hf.types import ForwardStats
 
 if TYPE_CHECKING:
-    from transformers import Cache
+    from transformers import Cache, PretrainedConfig
 
 _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RowStats))
 
@@ -48,6 +49,20 @@ class _Buffers:
     hidden: torch.Tensor  # [B, NH, A, Dm]
     columns: list[ColumnState]  # one per scored layer, [B, Hq, L]
     key_mask: torch.Tensor  # [B, L] bool, True on real tokens (answer tokens are always real)
+
+
+@dataclass
+class _Call:
+    """One model call: its tokens and sizes, and the device tensors every scored layer shares."""
+
+    ids: torch.Tensor  # [B, q]
+    q: int
+    n_p: int  # prompt rows of the call
+    total: int  # tokens in the cache after the call
+    plain_prompt: bool  # a prefill from the start without padding (SDPA's causal kernel)
+    kv_len: torch.Tensor  # [1] int64 on the device: valid keys after the call
+    slots: torch.Tensor  # [q - n_p] int64 on the device: answer slots of the call's answer rows
+    requests: dict[int, StatsRequest] = field(default_factory=dict)  # per cache offset
 
 
 def _grow(x: torch.Tensor, dim: int, size: int, fill: float | bool = 0) -> torch.Tensor:
@@ -118,7 +133,9 @@ class CachedRecorder:
         backend: str = "auto",
     ) -> None:
         register_flashstats()
-        if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION or model.training:
+        # a Transformers model's config (nn.Module.__getattr__ is typed Tensor | Module)
+        self.config = cast("PretrainedConfig", model.config)
+        if getattr(self.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION or model.training:
             raise ValueError(f"model must be in eval mode with attn_implementation={ATTN_IMPLEMENTATION!r}")
         if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 1:
             raise ValueError(
@@ -141,9 +158,9 @@ class CachedRecorder:
         self.buf: _Buffers | None = None
         self._sinks: torch.Tensor | None = None  # [B, S] padded positions
         self._pending: torch.Tensor | None = None  # [B, V] logits of the last row of the previous call
-        self._call: dict = {}
-        self._handles: list = []
-        self._token = None
+        self._call: _Call | None = None
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._token: Token[Any] | None = None
 
     # ---------------------------------------------------------------------------------------------
     # context and hooks
@@ -159,8 +176,10 @@ class CachedRecorder:
         self._handles += self._hidden_hooks()
         return self
 
-    def __exit__(self, *exc) -> None:
-        deactivate(self._token)
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            deactivate(self._token)
+            self._token = None
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -188,7 +207,7 @@ class CachedRecorder:
         if torch.is_grad_enabled():
             raise RuntimeError("CachedRecorder records inference only: run the model under torch.no_grad()")
         b, q = ids.shape
-        if self.length is None:
+        if self.seen == 0:
             self._start(ids, kwargs.get("attention_mask"))
         if self.seen == 0 and q < self.prompt_len:
             raise ValueError(f"the first call must hold the whole prompt ({self.prompt_len} tokens), got {q}")
@@ -197,33 +216,90 @@ class CachedRecorder:
         self._ensure(total, max(total, cache.get_max_length()))
         n_p = min(max(self.prompt_len - self.seen, 0), q)  # prompt rows of this call
         dev = ids.device
-        plain = n_p > 0 and self.seen == 0 and bool(self.buf.key_mask[:, :n_p].all())  # prefill only
-        self._call = dict(
-            ids=ids, q=q, n_p=n_p, total=total, plain_prompt=plain,
-            kv_len=(self.length + q).reshape(1),
-            slots=self.length + (n_p - self.prompt_len) + torch.arange(q - n_p, device=dev),
+        plain = n_p > 0 and self.seen == 0 and bool(self._bufs.key_mask[:, :n_p].all())  # prefill only
+        length = self._length
+        self._call = _Call(
+            ids=ids, q=q, n_p=n_p, total=total, plain_prompt=plain, kv_len=(length + q).reshape(1),
+            slots=length + (n_p - self.prompt_len) + torch.arange(q - n_p, device=dev),
         )  # fmt: skip
 
     def _after(self, module, args, kwargs, output) -> None:
         """Post-hook of the model: logit statistics of the call's answer tokens, then the token count."""
-        c = self._call
+        c = self._now
         if self.logits:
             self._logit_stats(output.logits, c)
-        self.length.add_(c["q"])
-        self.seen = c["total"]
+        self._length.add_(c.q)
+        self.seen = c.total
 
     def _start(self, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
-        """First call: device counters, padding mask of the prompt, sink positions."""
+        """First call of a prompt: device counters, padding mask of the prompt, sink positions.
+
+        After [`restart`][flashstats_hf.CachedRecorder.restart] the same device tensors are overwritten
+        in place (a captured step reads them by address) and the buffers are cleared.
+        """
         b, dev = ids.shape[0], ids.device
-        self.length = torch.zeros((), dtype=torch.int64, device=dev)
         keep = _prompt_keep(attention_mask, b, self.prompt_len).to(dev)
         sinks = self.request.sink_positions
         if isinstance(sinks, torch.Tensor):
-            self._sinks = sinks.to(device=dev, dtype=torch.int64).reshape(b, -1)
+            new_sinks = sinks.to(device=dev, dtype=torch.int64).reshape(b, -1)
         else:
             n_pad = self.prompt_len - keep.sum(1, keepdim=True)
-            self._sinks = n_pad + torch.tensor(list(sinks), dtype=torch.int64, device=dev)[None]
+            new_sinks = n_pad + torch.tensor(list(sinks), dtype=torch.int64, device=dev)[None]
         self._keep0 = keep
+        if self.length is None or self._sinks is None or self.buf is None:
+            self.length = torch.zeros((), dtype=torch.int64, device=dev)
+            self._sinks = new_sinks
+            return
+        if tuple(new_sinks.shape) != tuple(self._sinks.shape):
+            raise ValueError(
+                f"a restarted prompt must keep the batch and sink count {tuple(self._sinks.shape)}, "
+                f"got {tuple(new_sinks.shape)}"
+            )
+        self.length.zero_()
+        self._sinks.copy_(new_sinks)
+        self._clear(keep)
+
+    def _clear(self, keep: torch.Tensor) -> None:
+        """Zero every buffer in place and write the new prompt's padding into the key mask."""
+        bf = self._bufs
+        for x in (bf.rows, bf.diag_prev, bf.sinks, bf.logits, bf.hidden):
+            x.zero_()
+        for c in bf.columns:
+            c.sum.zero_()
+            c.count.zero_()
+        bf.key_mask.fill_(True)
+        bf.key_mask[:, : self.prompt_len] = keep
+
+    def restart(self) -> None:
+        """Start over with a new prompt of the same padded length ``P`` and batch, keeping every buffer.
+
+        The next call must hold the new prompt (on a reset cache: ``cache.reset()``). The device
+        tensors keep their addresses, so a [`flashstats_hf.GraphedDecodeStep`][] captured for an earlier
+        answer replays for the new one (after its own ``restart``); the statistics of the earlier answer
+        are gone (read [`stats`][flashstats_hf.CachedRecorder.stats] first).
+        """
+        self.seen = 0
+        self._call = None
+
+    # typed views of the state that the first call creates
+
+    @property
+    def _bufs(self) -> _Buffers:
+        if self.buf is None:
+            raise RuntimeError("CachedRecorder: no call was recorded yet")
+        return self.buf
+
+    @property
+    def _length(self) -> torch.Tensor:
+        if self.length is None:
+            raise RuntimeError("CachedRecorder: no call was recorded yet")
+        return self.length
+
+    @property
+    def _now(self) -> _Call:
+        if self._call is None:
+            raise RuntimeError("CachedRecorder: layers ran outside a model call of the recorder")
+        return self._call
 
     def _ensure(self, answer_end: int, keys: int) -> None:
         """Allocates or grows the buffers to hold ``answer_end - P`` answer slots and ``keys`` key slots."""
@@ -251,16 +327,19 @@ class CachedRecorder:
             ]
 
     def _allocate(self, a: int, keys: int) -> _Buffers:
-        cfg = self.model.config.get_text_config()
+        cfg = self.config.get_text_config()
         b, dev = self._keep0.shape[0], self._keep0.device
+        assert self._sinks is not None  # made by _start before the buffers
         hq, nl, s = cfg.num_attention_heads, len(self.layers), self._sinks.shape[1]
-        z = dict(dtype=torch.float32, device=dev)
+
+        def z(*shape: int) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=torch.float32, device=dev)
+
         key_mask = torch.ones(b, max(keys, self.prompt_len), dtype=torch.bool, device=dev)
         key_mask[:, : self.prompt_len] = self._keep0
         return _Buffers(
-            rows=torch.zeros(5, b, nl, hq, a, **z), diag_prev=torch.zeros(2, b, nl, hq, a, **z),
-            sinks=torch.zeros(b, nl, hq, a, s, **z), logits=torch.zeros(b, a, len(LOGIT_STAT_NAMES), **z),
-            hidden=torch.zeros(b, len(self.hidden_layers), a, cfg.hidden_size, **z),
+            rows=z(5, b, nl, hq, a), diag_prev=z(2, b, nl, hq, a), sinks=z(b, nl, hq, a, s),
+            logits=z(b, a, len(LOGIT_STAT_NAMES)), hidden=z(b, len(self.hidden_layers), a, cfg.hidden_size),
             columns=[ColumnState.zeros(b, hq, key_mask.shape[1], dev) for _ in self.layers],
             key_mask=key_mask,
         )  # fmt: skip
@@ -285,9 +364,10 @@ class CachedRecorder:
         have ``L_k`` slots, of which the first ``total`` are written), ``total - L_k`` for caches that
         keep only a recent window.
         """
-        c, bf = self._call, self.buf
-        q, n_p, total, lk = c["q"], c["n_p"], c["total"], key.shape[2]
-        static_full = lk >= total and not getattr(self.cache.layers[layer_idx], "is_sliding", False)
+        c, bf = self._now, self._bufs
+        q, n_p, total, lk = c.q, c.n_p, c.total, key.shape[2]
+        layer = self.cache.layers[layer_idx] if self.cache is not None else None
+        static_full = lk >= total and not getattr(layer, "is_sliding", False)
         offset = 0 if lk >= total else total - lk
         keep = bf.key_mask[:, offset : offset + lk]
         parts = []
@@ -295,7 +375,7 @@ class CachedRecorder:
             q0 = total - offset - q
             n_k = q0 + n_p
             mask = None  # a prompt from the start, no padding, no window: SDPA's fused causal kernel
-            if not (c["plain_prompt"] and q0 == 0 and window is None):
+            if not (c.plain_prompt and q0 == 0 and window is None):
                 mask = visibility(torch.arange(q0, n_k, device=query.device), n_k, keep[:, :n_k], window)
             parts.append(plain_attention(query[:, :, :n_p], key[:, :, :n_k], value[:, :, :n_k], mask,
                                          scale=scale, softcap=softcap))  # fmt: skip
@@ -306,22 +386,20 @@ class CachedRecorder:
 
     def _score_rows(self, layer_idx, query, key, value, keep, offset, static_full, **opts) -> torch.Tensor:
         """The answer rows of one layer: kernel call, then the statistics written into their slots."""
-        c, bf = self._call, self.buf
+        c, bf = self._now, self._bufs
         li = self.layers.index(layer_idx)
         lk = key.shape[2]
         col = bf.columns[li]
         state = ColumnState(col.sum[..., offset : offset + lk], col.count[:, offset : offset + lk])
-        request = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
+        request = self._request_at(offset)
         # valid keys as a device tensor: a host int would be copied to the device in every layer
-        kv_len = (
-            c["kv_len"] if static_full or offset == 0 else torch.full_like(c["kv_len"], c["total"] - offset)
-        )
+        kv_len = c.kv_len if static_full or offset == 0 else torch.full_like(c.kv_len, c.total - offset)
         res = decode_attention(
             query, key, value, kv_len=kv_len, request=request,
             column_state=state if request.columns else None, key_mask=keep,
             prompt_len=max(self.prompt_len - offset, 0), backend=self.backend, **opts,
         )  # fmt: skip
-        slots = c["slots"]
+        slots = c.slots
         if res.rows is not None:
             for i, name in enumerate(_ROW_FIELDS):
                 bf.rows[i, :, li].index_copy_(2, slots, getattr(res.rows, name))
@@ -331,16 +409,27 @@ class CachedRecorder:
             bf.sinks[:, li].index_copy_(2, slots, res.lookups.sink_weights)
         return res.out
 
+    def _request_at(self, offset: int) -> StatsRequest:
+        """The request with sink positions in cache slots of a layer whose slot 0 is ``offset``.
+
+        Made once per call and offset (not per layer): every full-attention layer shares it.
+        """
+        made = self._now.requests
+        if offset not in made:
+            assert self._sinks is not None  # set by the first call
+            made[offset] = dataclasses.replace(self.request, sink_positions=self._sinks - offset)
+        return made[offset]
+
     # ---------------------------------------------------------------------------------------------
     # logits and hidden states
 
-    def _logit_stats(self, logits: torch.Tensor, c: dict) -> None:
+    def _logit_stats(self, logits: torch.Tensor, c: _Call) -> None:
         """Statistics of the answer tokens of this call from the logits predicting them.
 
         ``logits`` holds the last ``K`` rows of the call (``logits_to_keep``); answer token ``t`` of the
         call is predicted by row ``t - 1`` (by the previous call's last row for ``t = 0``).
         """
-        q, n_p, k = c["q"], c["n_p"], logits.shape[1]
+        q, n_p, k = c.q, c.n_p, logits.shape[1]
         if n_p < q:
             first = max(n_p - 1, 0)  # first row of this call that predicts an answer token
             if first < q - 1 and first < q - k:
@@ -350,10 +439,11 @@ class CachedRecorder:
                 )
             rows = logits[:, first - (q - k) : k - 1]
             if n_p == 0:
+                assert self._pending is not None  # the prompt call kept its last row
                 rows = torch.cat([self._pending[:, None].to(rows.dtype), rows], 1)
-            targets = c["ids"][:, n_p:]
+            targets = c.ids[:, n_p:]
             stats = logit_statistics(rows.reshape(-1, rows.shape[-1]), targets.reshape(-1).long())
-            self.buf.logits.index_copy_(1, c["slots"], stats.view(*targets.shape, -1))
+            self._bufs.logits.index_copy_(1, c.slots, stats.view(*targets.shape, -1))
         last = logits[:, -1].float()
         if self._pending is None or self._pending.shape != last.shape:
             self._pending = last.clone()
@@ -367,9 +457,9 @@ class CachedRecorder:
         for k, index in enumerate(self.hidden_layers):
 
             def keep(hidden: torch.Tensor, k=k) -> None:
-                c = self._call
-                if c["n_p"] < c["q"]:
-                    self.buf.hidden[:, k].index_copy_(1, c["slots"], hidden[:, c["n_p"] :].float())
+                c = self._now
+                if c.n_p < c.q:
+                    self._bufs.hidden[:, k].index_copy_(1, c.slots, hidden[:, c.n_p :].float())
 
             if index == 0:
                 hook = lambda m, args, kwargs, keep=keep: keep(args[0] if args else kwargs["hidden_states"])  # noqa: E731
@@ -402,7 +492,7 @@ class CachedRecorder:
         if self.cache is None:
             from transformers import DynamicCache
 
-            self.cache = DynamicCache(config=self.model.config)
+            self.cache = DynamicCache(config=self.config)
         dev = next(self.model.parameters()).device
         ids = input_ids.to(dev)
         if self.seen and attention_mask is not None:
@@ -410,7 +500,7 @@ class CachedRecorder:
         b, q = ids.shape
         keep = torch.ones(b, self.seen + q, dtype=torch.bool, device=dev)
         if self.seen:
-            keep[:, : self.prompt_len] = self.buf.key_mask[:, : self.prompt_len]
+            keep[:, : self.prompt_len] = self._bufs.key_mask[:, : self.prompt_len]
         elif attention_mask is not None:
             keep = attention_mask.to(device=dev, dtype=torch.bool)
         position_ids = (keep.long().cumsum(1) - 1).clamp(min=0)[:, self.seen :]
@@ -432,7 +522,8 @@ class CachedRecorder:
         """
         if self.buf is None:
             raise ValueError("CachedRecorder.stats: no call was recorded yet")
-        a, total, bf, dev = max(self.seen - self.prompt_len, 0), self.seen, self.buf, self.length.device
+        a, total, bf = max(self.seen - self.prompt_len, 0), self.seen, self.buf
+        dev = bf.key_mask.device
         b = bf.key_mask.shape[0]
         req = self.request
         rows = RowStats(*(bf.rows[i, ..., :a].clone() for i in range(5))) if req.rows else None

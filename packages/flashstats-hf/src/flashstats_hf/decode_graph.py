@@ -67,15 +67,35 @@ class GraphedDecodeStep:
         self.max_len = cache.get_max_length()
         b, p = key_mask.shape
         self.real = torch.ones(b, self.max_len, dtype=torch.bool, device=dev)  # [B, Lc]
-        self.real[:, :p] = key_mask.to(dev).bool()
-        self.n_pad = p - self.real[:, :p].sum(1, keepdim=True)  # [B, 1]
+        self.n_pad = torch.zeros(b, 1, dtype=torch.long, device=dev)  # [B, 1]
+        self.tokens = self.prompt = p  # tokens in the cache (host count), padded prompt length
+        self.steps = 0
+        self.restart(key_mask)
         self.slots = torch.arange(self.max_len, device=dev)
-        self.tokens = p  # tokens in the cache (host count)
         self.ids = torch.zeros(b, self.q, dtype=torch.long, device=dev)
         self.rows = torch.arange(self.q, device=dev)
         self.logits: torch.Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.steps = 0
+
+    def restart(self, key_mask: torch.Tensor) -> None:
+        """Follow a new prompt with the same captured step (no new warm-up or capture).
+
+        Call it after ``cache.reset()``, the recorder's ``restart()`` and the new prefill. The prompt
+        must have the padded length and batch of the first one; its padding is written in place.
+
+        Args:
+            key_mask: [B, P] bool/int. Real tokens of the new prompt (left padding = 0).
+        """
+        b, p = key_mask.shape
+        if b != self.real.shape[0] or (self.steps and p != self.prompt):
+            raise ValueError(
+                f"key_mask must have shape [B, P] = [{self.real.shape[0]}, {self.prompt}] "
+                f"(the captured step's batch and prompt), got {tuple(key_mask.shape)}"
+            )
+        self.prompt, self.tokens = p, p
+        self.real.fill_(True)
+        self.real[:, :p] = key_mask.to(self.device).bool()
+        self.n_pad.copy_(p - self.real[:, :p].sum(1, keepdim=True))
 
     def _step(self) -> torch.Tensor:
         """The work of one step, from the static inputs to the static ``[B, V]`` logits.

@@ -6,6 +6,10 @@ calls `flashstats_kernels.response_attention` is one graph (``fullgraph=True``) 
 tries to compile our kernels itself. The ops do no host synchronisation, so they can be captured in CUDA
 graphs.
 
+Packed (varlen) launches go through the same ops: the sequence table ``seq`` (``[N, 4] int64``, see
+`Varlen`) and its bounds are optional arguments, and the fake implementations give the packed layouts
+(``out`` with token-major ``[TQ, Hq, D]`` storage, as FlashAttention's varlen functions return it).
+
 Gradients: the ops have no backward. The Triton forward is an inference kernel (it keeps no softmax
 state for a backward pass, and the statistics are features, not training targets), so asking for a
 gradient through it raises `NotImplementedError` that says so and names the alternative
@@ -21,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from flashstats_kernels._problem import Varlen
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
 
 ROW_STAT_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
@@ -38,6 +43,20 @@ def _fused(op: str) -> Any:
     return importlib.import_module(f"flashstats_kernels.ops.{op}.fused")
 
 
+def _varlen(
+    seq: Tensor | None, max_rows: int, max_keys: int, full_rows: bool, full_keys: bool
+) -> Varlen | None:
+    """The `Varlen` of a packed launch from the ops' arguments (None: a dense launch)."""
+    return None if seq is None else Varlen(seq, max_rows, max_keys, full_rows, full_keys)
+
+
+def _varlen_args(varlen: Varlen | None) -> tuple[Tensor | None, int, int, bool, bool]:
+    """The ops' trailing arguments ``(seq, max_rows, max_keys, full_rows, full_keys)`` of a launch."""
+    if varlen is None:
+        return None, 0, 0, True, True
+    return varlen.table, varlen.max_rows, varlen.max_keys, varlen.full_rows, varlen.full_keys
+
+
 @torch.library.custom_op("flashstats::forward", mutates_args=())
 def forward_op(
     q: Tensor,
@@ -49,11 +68,19 @@ def forward_op(
     softcap: float | None,
     window: int | None,
     rows: bool,
+    seq: Tensor | None = None,
+    max_rows: int = 0,
+    max_keys: int = 0,
+    full_rows: bool = True,
+    full_keys: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Triton forward: ``(out [B, Hq, R, D], lse [B, Hq, R] f32, stats [5 or 0, B, Hq, R] f32)``."""
+    """Triton forward: ``(out [B, Hq, R, D], lse [B, Hq, R] f32, stats [5 or 0, B, Hq, R] f32)``.
+
+    Packed (``seq`` given, ``B = 1``, ``R = TQ``): ``out`` has token-major ``[TQ, Hq, D]`` storage.
+    """
     out, lse, stats = _fused("forward").forward_triton(
         q, k, v, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
-        rows=rows,
+        rows=rows, varlen=_varlen(seq, max_rows, max_keys, full_rows, full_keys),
     )  # fmt: skip
     if stats is None:
         return out, lse, lse.new_empty((0, *lse.shape))
@@ -61,9 +88,9 @@ def forward_op(
 
 
 @forward_op.register_fake
-def _forward_fake(q, k, v, key_mask, prompt_len, scale, softcap, window, rows):
+def _forward_fake(q, k, v, key_mask, prompt_len, scale, softcap, window, rows, seq=None, *_varlen):
     b, hq, r, d = q.shape
-    out = q.new_empty((b, hq, r, d))
+    out = q.new_empty((b, hq, r, d)) if seq is None else q.new_empty((r, hq, d)).permute(1, 0, 2)[None]
     lse = q.new_empty((b, hq, r), dtype=torch.float32)
     return out, lse, q.new_empty((5 if rows else 0, b, hq, r), dtype=torch.float32)
 
@@ -80,17 +107,28 @@ def lookups_op(
     softcap: float | None,
     window: int | None,
     diag_eps: float,
+    seq: Tensor | None = None,
+    max_rows: int = 0,
+    max_keys: int = 0,
+    full_rows: bool = True,
+    full_keys: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Triton T2: ``(diag_log [B, Hq, R], prev_weight [B, Hq, R], sink_weights [B, Hq, R, S])``, f32."""
+    """Triton T2: ``(diag_log [B, Hq, R], prev_weight [B, Hq, R], sink_weights [B, Hq, R, S])``, f32.
+
+    Packed (``seq`` given): ``B = 1``, ``R = TQ`` and ``sink_positions`` is ``[N, S]``.
+    """
     res = _fused("lookups").lookups_triton(
         q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
         sink_positions=sink_positions, diag_eps=diag_eps,
+        varlen=_varlen(seq, max_rows, max_keys, full_rows, full_keys),
     )  # fmt: skip
     return res.diag_log, res.prev_weight, res.sink_weights
 
 
 @lookups_op.register_fake
-def _lookups_fake(q, k, lse, sink_positions, key_mask, prompt_len, scale, softcap, window, diag_eps):
+def _lookups_fake(
+    q, k, lse, sink_positions, key_mask, prompt_len, scale, softcap, window, diag_eps, *_varlen
+):
     b, hq, r, _ = q.shape
     row = q.new_empty((b, hq, r), dtype=torch.float32)
     return row, torch.empty_like(row), q.new_empty((b, hq, r, sink_positions.shape[1]), dtype=torch.float32)
@@ -106,16 +144,22 @@ def columns_op(
     scale: float,
     softcap: float | None,
     window: int | None,
+    seq: Tensor | None = None,
+    max_rows: int = 0,
+    max_keys: int = 0,
+    full_rows: bool = True,
+    full_keys: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    """Triton T3: ``(sum [B, Hq, L], mean [B, Hq, L])``, f32."""
+    """Triton T3: ``(sum [B, Hq, L], mean [B, Hq, L])``, f32 (packed: ``B = 1``, ``L = TK``)."""
     res = _fused("columns").columns_triton(
-        q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window
-    )
+        q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
+        varlen=_varlen(seq, max_rows, max_keys, full_rows, full_keys),
+    )  # fmt: skip
     return res.sum, res.mean
 
 
 @columns_op.register_fake
-def _columns_fake(q, k, lse, key_mask, prompt_len, scale, softcap, window):
+def _columns_fake(q, k, lse, key_mask, prompt_len, scale, softcap, window, *_varlen):
     b, hq = q.shape[:2]
     col = q.new_empty((b, hq, k.shape[2]), dtype=torch.float32)
     return col, torch.empty_like(col)
@@ -148,18 +192,12 @@ def forward_triton(
     softcap: float | None,
     window: int | None,
     rows: bool,
-    varlen: Any = None,
+    varlen: Varlen | None = None,
 ) -> tuple[Tensor, Tensor, RowStats | None]:
-    """`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``.
-
-    Packed (``varlen``) launches call the launcher directly: they are not registered as ops yet.
-    """
-    if varlen is not None:
-        return _fused("forward").forward_triton(
-            q, k, v, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
-            rows=rows, varlen=varlen,
-        )  # fmt: skip
-    out, lse, stats = forward_op(q, k, v, key_mask, prompt_len, scale, softcap, window, rows)
+    """`flashstats_kernels.ops.forward.fused.forward_triton` through ``flashstats::forward``."""
+    out, lse, stats = forward_op(
+        q, k, v, key_mask, prompt_len, scale, softcap, window, rows, *_varlen_args(varlen)
+    )
     if not rows:
         return out, lse, None
     return out, lse, RowStats(*stats.unbind(0))
@@ -177,17 +215,13 @@ def lookups_triton(
     window: int | None,
     sink_positions: Tensor,
     diag_eps: float,
-    varlen: Any = None,
+    varlen: Varlen | None = None,
 ) -> LookupStats:
     """`flashstats_kernels.ops.lookups.fused.lookups_triton` through ``flashstats::lookups``."""
-    if varlen is not None:  # packed launches: not registered as ops yet
-        return _fused("lookups").lookups_triton(
-            q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
-            sink_positions=sink_positions, diag_eps=diag_eps, varlen=varlen,
-        )  # fmt: skip
     diag, prev, sinks = lookups_op(
-        q, k, lse, sink_positions, key_mask, prompt_len, scale, softcap, window, diag_eps
-    )
+        q, k, lse, sink_positions, key_mask, prompt_len, scale, softcap, window, diag_eps,
+        *_varlen_args(varlen),
+    )  # fmt: skip
     return LookupStats(diag_log=diag, prev_weight=prev, sink_weights=sinks)
 
 
@@ -201,13 +235,10 @@ def columns_triton(
     scale: float,
     softcap: float | None,
     window: int | None,
-    varlen: Any = None,
+    varlen: Varlen | None = None,
 ) -> ColumnStats:
     """`flashstats_kernels.ops.columns.fused.columns_triton` through ``flashstats::columns``."""
-    if varlen is not None:  # packed launches: not registered as ops yet
-        return _fused("columns").columns_triton(
-            q, k, lse, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window,
-            varlen=varlen,
-        )  # fmt: skip
-    col_sum, col_mean = columns_op(q, k, lse, key_mask, prompt_len, scale, softcap, window)
+    col_sum, col_mean = columns_op(
+        q, k, lse, key_mask, prompt_len, scale, softcap, window, *_varlen_args(varlen)
+    )
     return ColumnStats(sum=col_sum, mean=col_mean)

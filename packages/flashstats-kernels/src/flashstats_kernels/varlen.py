@@ -84,7 +84,10 @@ def response_attention_varlen(
 
     Offsets on the CPU are checked (monotone, in range, ``R_b <= L_b``, lengths within the maxima)
     and moved to q's device; offsets already on a CUDA device are used as they are, without a host
-    read, as FlashAttention does.
+    read, as FlashAttention does. The Triton backend launches through the registered ``torch.library``
+    ops, so ``torch.compile(fullgraph=True)`` traces a packed call as one graph (the host checks are
+    skipped while compiling) and, with offsets on the device, a CUDA graph can capture it. The PyTorch
+    backend loops over the sequences on the host and breaks a compiled graph.
     """
     problem, varlen = check_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
@@ -181,7 +184,10 @@ def check_varlen(
     used_k = cu_k[1:] - cu_k[:-1] if seqused_k is None else _check_offsets("seqused_k", seqused_k, n, device)
     cols = [x.to(device=device, dtype=torch.int64) for x in (cu_q[:-1], used_q, cu_k[:-1], used_k)]
     table = torch.stack(cols, dim=1).contiguous()  # [N, 4]
-    if all(x.device.type == "cpu" for x in (cu_q, cu_k, used_q, used_k)):
+    if (
+        all(x.device.type == "cpu" for x in (cu_q, cu_k, used_q, used_k))
+        and not torch.compiler.is_compiling()
+    ):
         _check_table(cu_q, cu_k, used_q, used_k, tq, tk, max_q, max_k)
     scale_f, softcap_f, window_i = check_options(scale, softcap, window, d)
     if key_mask is not None:

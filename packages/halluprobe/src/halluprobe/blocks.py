@@ -1,8 +1,11 @@
 """Feature blocks A7, A64, H64 and L9 (paper Section 5.2), fitted on training records only.
 
 Every block maps a list of [`ExampleRecord`][halluprobe.ExampleRecord] to a ``[n, d]`` float64
-matrix. Fitted state is plain numpy arrays plus a JSON-able config, so a trained detector saves
-without pickle (`Block.state` / `block_from_state`).
+matrix. Blocks are scikit-learn transformers: their constructor arguments are their parameters
+(``get_params`` / ``set_params``, ``sklearn.base.clone``), ``fit(records, y=None)`` returns the block
+and ``fit_transform`` comes from ``TransformerMixin``, so a block can head a ``Pipeline`` run by
+``cross_val_score`` on a list of records. Fitted state is plain numpy arrays plus a JSON-able config,
+so a trained detector saves without pickle (`Block.state` / `block_from_state`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from flashstats_hf.logits import LOGIT_STAT_NAMES
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from halluprobe.records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
@@ -100,19 +104,36 @@ class Standardizer:
         return (x - self.mean_) / self.scale_
 
 
-class Block:
-    """Base class of a feature block; subclasses set ``name`` and implement ``_raw``."""
+class Block(TransformerMixin, BaseEstimator):
+    """Base class of a feature block; subclasses set ``name``, ``_config`` and ``_raw``.
+
+    A subclass's ``__init__`` stores its arguments unchanged under their own names (scikit-learn's
+    rule, so that ``clone`` and ``set_params`` work); `config` is their normalised JSON form.
+    """
 
     name = ""
 
-    def __init__(self, **config: Any):
-        self.config = config
-        self.arrays: dict[str, np.ndarray] = {}
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Fitted arrays by name (empty before ``fit`` for blocks that fit something)."""
+        return self.__dict__.setdefault("arrays_", {})
+
+    @arrays.setter
+    def arrays(self, value: dict[str, np.ndarray]) -> None:
+        self.__dict__["arrays_"] = dict(value)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The block's parameters as JSON-able values (what `state` saves)."""
+        return self._config()
+
+    def _config(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     def _raw(self, records: list[ExampleRecord]) -> np.ndarray:
         raise NotImplementedError
 
-    def fit(self, records: list[ExampleRecord], y: np.ndarray) -> Block:
+    def fit(self, records: list[ExampleRecord], y: np.ndarray | None = None) -> Block:
         """Fit the block's scaler/projection/selection on training records (default: nothing)."""
         return self
 
@@ -137,29 +158,35 @@ class A7Block(Block):
 
     def __init__(self, heads: list[int], features: tuple[str, ...] = A7_SELECTION):
         bad = [f for f in features if f not in HEAD_FEATURES]
-        if bad or not heads or not features:
+        if bad or not len(heads) or not features:
             raise ValueError(f"A7 needs at least one head and features from HEAD_FEATURES; bad: {bad}")
-        super().__init__(heads=[int(h) for h in heads], features=list(features))
+        self.heads = heads
+        self.features = features
+
+    def _config(self):
+        return {"heads": [int(h) for h in self.heads], "features": list(self.features)}
 
     def _raw(self, records):
-        cols = []
-        for feat in self.config["features"]:
+        cols, heads = [], self.config["heads"]
+        for feat in self.features:
             stat, p = feat.split(".")
             x = _stat(records, stat, p).reshape(len(records), -1)
-            _check_columns(self.name, "head index", max(self.config["heads"]) + 1, x.shape[1], at_least=True)
-            cols.append(x[:, self.config["heads"]].mean(1))
+            _check_columns(self.name, "head index", max(heads) + 1, x.shape[1], at_least=True)
+            cols.append(x[:, heads].mean(1))
         return np.stack(cols, 1)
 
 
 class _ProjectedBlock(Block):
     """Standardise raw columns on train, then project on the leading principal components."""
 
-    def fit(self, records, y):
+    components: int
+
+    def fit(self, records, y=None):
         """Fit the standardiser and PCA on training records; components = min(64, n-1, d)."""
         x = self._raw(records)
         sc = Standardizer().fit(x)
         z = sc.transform(x)
-        n_comp = max(1, min(int(self.config["components"]), x.shape[0] - 1, x.shape[1]))
+        n_comp = max(1, min(int(self.components), x.shape[0] - 1, x.shape[1]))
         center = z.mean(0)
         _, _, vt = np.linalg.svd(z - center, full_matrices=False)
         # sign convention: the largest loading of each component is positive (reproducible signs)
@@ -187,10 +214,14 @@ class A64Block(_ProjectedBlock):
     def __init__(self, k: int = 1, components: int = 64):
         if not 1 <= k <= MAX_SINKS:
             raise ValueError(f"A64 sink count k must be in 1..{MAX_SINKS}, got {k}")
-        super().__init__(k=int(k), components=int(components))
+        self.k = k
+        self.components = components
+
+    def _config(self):
+        return {"k": int(self.k), "components": int(self.components)}
 
     def _raw(self, records):
-        k = self.config["k"]
+        k = int(self.k)
         return np.stack([r.sink_topk[:, :, :k].reshape(-1) for r in records]).astype(np.float64)
 
 
@@ -203,10 +234,14 @@ class H64Block(_ProjectedBlock):
     name = "H64"
 
     def __init__(self, layer: int = 0, components: int = 64):
-        super().__init__(layer=int(layer), components=int(components))
+        self.layer = layer
+        self.components = components
+
+    def _config(self):
+        return {"layer": int(self.layer), "components": int(self.components)}
 
     def _raw(self, records):
-        i = self.config["layer"]
+        i = int(self.layer)
         return np.stack([r.hidden_pooled[i].reshape(-1) for r in records]).astype(np.float64)
 
 
@@ -224,10 +259,13 @@ class L9Block(Block):
         bad = [f for f in features if f not in L9_CANDIDATES]
         if bad or not features:
             raise ValueError(f"L9 needs features from L9_CANDIDATES; bad: {bad}")
-        super().__init__(features=list(features))
+        self.features = features
+
+    def _config(self):
+        return {"features": list(self.features)}
 
     def _raw(self, records):
-        return l9_matrix(records, self.config["features"])
+        return l9_matrix(records, self.features)
 
 
 def l9_matrix(records: list[ExampleRecord], features) -> np.ndarray:

@@ -149,7 +149,10 @@ class Detector:
             "tensors_sha256": digest,
             "token_probe": None
             if tp is None
-            else {k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
+            else {
+                **{k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
+                **{k: int(getattr(tp, k)) for k in ("window", "smooth", "gap")},
+            },
         }
         doc["integrity"] = dfile.document_digest(doc)
         atomic_write_bytes(path / _JSON, json.dumps(doc, indent=1, allow_nan=False).encode())
@@ -354,7 +357,10 @@ def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> 
     if not all(np.isfinite(a).all() for a in (mean, scale, coef)) or not np.all(scale > 0):
         raise ValueError(f"{where}: the token probe's tensors must be finite with a positive scale")
     intercept, c, threshold = (float(meta[k]) for k in keys[:3])
-    return TokenProbe(mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]))
+    decoding = {k: meta.get(k, 0) for k in ("window", "smooth", "gap")}  # absent: saved before they existed
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 64 for v in decoding.values()):
+        raise ValueError(f"{where}: token probe window/smooth/gap must be integers in 0..64, got {decoding}")
+    return TokenProbe(mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]), **decoding)
 
 
 def _no_constant(name: str) -> None:

@@ -6,7 +6,11 @@ hallucinated, the scikit-learn convention) and ``predict`` returns the larger cl
 (``classes_[1]``, i.e. 1 = hallucinated) where it is positive. ``threshold_`` is chosen by F1 on the
 data given to ``fit`` (ties toward the higher threshold), except for the logistic probes, whose
 ``threshold_`` is 0 (probability 0.5) so that ``predict`` agrees with ``predict_proba``; the
-protocol picks its own F1 threshold on validation.
+protocol picks its own F1 threshold on validation. Every detector has ``predict_proba`` ``[n, 2]``
+(columns follow ``classes_``, column 1 = hallucinated), consistent with ``predict``: the logistic
+probes' own probabilities; for the others ``sigmoid(slope_ * decision_function)``, with ``slope_ > 0``
+fitted by maximum likelihood on the data given to ``fit`` (a Platt scaling that keeps 0.5 at the
+threshold); for the unsupervised `RAUQ` one minus the worst layer's geometric-mean confidence.
 Detectors that choose a setting (a layer, heads, a count) choose it by AUROC on the data given to
 ``fit``; the protocol passes the validation split. The ``*_matrix`` helpers build each detector's
 input from [`ExampleRecord`][halluprobe.ExampleRecord] lists. See ``docs/reference/detectors.md``.
@@ -62,7 +66,12 @@ class _ScoreDetector(ClassifierMixin, BaseEstimator):
         yb = (y == self.classes_[1]).astype(np.int64)
         self._fit_scores(X, yb)
         self.threshold_ = self._fit_threshold(X, yb)
+        self.slope_ = self._fit_slope(X, yb)
         return self
+
+    def _fit_slope(self, X, y) -> float:
+        """``a > 0`` maximising the likelihood of ``sigmoid(a * decision)`` on the fit data (floor 1e-6)."""
+        return _platt_slope(self._score(X) - self.threshold_, y)
 
     def _fit_threshold(self, X, y):
         return _threshold(self._score(X), y)
@@ -81,6 +90,37 @@ class _ScoreDetector(ClassifierMixin, BaseEstimator):
         """``[n]`` labels: ``classes_[1]`` (hallucinated) where ``decision_function`` is positive."""
         check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
+
+    def predict_proba(self, X):
+        """``[n, 2]`` probabilities, columns follow ``classes_`` (column 1 = hallucinated).
+
+        ``sigmoid(slope_ * decision_function)``: 0.5 at the threshold, so ``argmax`` agrees with
+        ``predict``; the slope is fitted on the data given to ``fit``.
+        """
+        check_is_fitted(self)
+        p = sigmoid(self.slope_ * self.decision_function(X))
+        return np.stack([1.0 - p, p], 1)
+
+
+_MIN_SLOPE = 1e-6
+"""Smallest Platt slope: a score with no signal on the fit data gives probabilities near 0.5."""
+
+
+def _platt_slope(z: np.ndarray, y: np.ndarray) -> float:
+    """``a >= _MIN_SLOPE`` maximising ``sum log sigmoid((2y - 1) * a * z)`` (Newton steps, 1-D, concave)."""
+    z, s = np.asarray(z, dtype=np.float64), 2.0 * np.asarray(y, dtype=np.float64) - 1.0
+    if not np.any(z):
+        return _MIN_SLOPE
+    a = 1.0 / max(float(np.std(z)), 1e-12)
+    for _ in range(50):
+        p = sigmoid(-s * a * z)  # derivative of -log sigmoid(s a z) wrt a is -s z p
+        grad = float(np.sum(s * z * p))
+        hess = float(np.sum(z * z * p * (1.0 - p))) + 1e-12
+        step = grad / hess
+        a = max(a + step, _MIN_SLOPE)
+        if abs(step) <= 1e-10 * max(a, 1.0):
+            break
+    return float(a)
 
 
 class _LinearProbe(_ScoreDetector):
@@ -102,13 +142,11 @@ class _LinearProbe(_ScoreDetector):
     def _fit_threshold(self, X, y):
         return 0.0
 
+    def _fit_slope(self, X, y) -> float:
+        return 1.0  # the logistic regression's own probabilities
+
     def _score(self, X):
         return ((X - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
-
-    def predict_proba(self, X):
-        """``[n, 2]`` probabilities, columns follow ``classes_`` (column 1 = hallucinated)."""
-        p = sigmoid(self.raw_score(X))
-        return np.stack([1.0 - p, p], 1)
 
 
 class LookbackLens(_LinearProbe):
@@ -275,14 +313,17 @@ class TOHA(_ScoreDetector):
         return X[:, self.heads_].mean(1)
 
 
-class RAUQ(BaseEstimator):
+class RAUQ(ClassifierMixin, BaseEstimator):
     """RAUQ (unsupervised): recurrent confidence through each layer's most previous-token head.
 
-    For each layer the head with the largest mean previous-token weight on this answer is used;
-    confidence runs ``c_1 = p_1``, ``c_t = alpha * p_t + (1 - alpha) * w_t * c_{t-1}`` with ``p_t``
-    the probability of answer token ``t`` and ``w_t`` that head's previous-token weight; the layer's
-    uncertainty is ``-mean_t log c_t`` and the score the maximum over layers. ``fit`` learns nothing.
-    Higher score means more likely hallucinated.
+    Input: `rauq_matrix` ``[n, 1 + NL, A_max]``: row 0 the probability of every answer token, row
+    ``1 + l`` the previous-token weights of layer ``l``'s head with the largest mean previous-token
+    weight on this answer, NaN after the answer. Confidence runs ``c_1 = p_1``,
+    ``c_t = alpha * p_t + (1 - alpha) * w_t * c_{t-1}``; a layer's uncertainty is ``-mean_t log c_t``
+    and ``raw_score`` the maximum over layers (higher = more likely hallucinated). ``fit`` learns
+    nothing (labels, if given, only set ``classes_``). ``predict_proba``'s column 1 is one minus the
+    worst layer's geometric-mean confidence, ``1 - exp(-raw_score)``; ``decision_function`` is
+    ``raw_score - log 2`` (positive where that probability exceeds 0.5).
 
     Args:
         alpha: Weight of the current token's probability.
@@ -292,34 +333,70 @@ class RAUQ(BaseEstimator):
         self.alpha = alpha
 
     def fit(self, X=None, y=None):
-        """No-op (unsupervised); returns self."""
+        """Check ``alpha``; ``classes_`` = ``np.unique(y)`` when given, else ``[0, 1]``; returns self."""
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"RAUQ alpha must be in (0, 1], got {self.alpha}")
-        self.fitted_ = True
+        self.classes_ = np.array([0, 1]) if y is None else np.unique(np.asarray(y))
+        if len(self.classes_) != 2:
+            raise ValueError(f"RAUQ needs two classes, got {len(self.classes_)}")
         return self
 
-    def decision_function(self, inputs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """Scores of ``(token_prev [NL, H, A], token_prob [A])`` pairs; higher = more likely hallucinated."""
-        return np.array([rauq_score(prev, prob, self.alpha) for prev, prob in inputs])
+    def raw_score(self, X) -> np.ndarray:
+        """``[n]`` RAUQ scores of a `rauq_matrix` ``[n, 1 + NL, A_max]``; higher = more hallucinated."""
+        check_is_fitted(self)
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 3 or X.shape[1] < 2:
+            raise ValueError(f"RAUQ needs a rauq_matrix [n, 1 + NL, A_max] (NL >= 1), got shape {X.shape}")
+        out = np.empty(len(X))
+        for i, row in enumerate(X):
+            a = int(np.count_nonzero(~np.isnan(row[0])))
+            if a == 0:
+                raise ValueError(f"RAUQ input row {i} has no answer token (row 0 is all NaN)")
+            out[i] = _rauq_layers(row[0, :a], row[1:, :a], float(self.alpha))
+        return out
+
+    def decision_function(self, X) -> np.ndarray:
+        """``[n]`` ``raw_score - log 2``: positive where ``predict_proba`` gives more than 0.5."""
+        return self.raw_score(X) - np.log(2.0)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """``[n, 2]``; column 1 = ``1 - exp(-raw_score)`` (1 - the worst layer's mean confidence)."""
+        p = -np.expm1(-self.raw_score(X))
+        return np.stack([1.0 - p, p], 1)
+
+    def predict(self, X) -> np.ndarray:
+        """``[n]`` labels: ``classes_[1]`` where ``decision_function`` is positive."""
+        return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
 
 
-def rauq_score(token_prev: np.ndarray, token_prob: np.ndarray, alpha: float) -> float:
-    """[`RAUQ`][halluprobe.RAUQ] score of one answer; ``token_prev [NL, H, A]``, ``token_prob [A]``."""
-    prev = np.asarray(token_prev, dtype=np.float64)
-    prob = np.clip(np.asarray(token_prob, dtype=np.float64), 1e-30, 1.0)
-    if prev.ndim != 3 or prev.shape[-1] != prob.shape[0] or prob.shape[0] == 0:
-        raise ValueError(
-            f"rauq_score needs token_prev [NL, H, A] and token_prob [A]; got {prev.shape}, {prob.shape}"
-        )
+def _rauq_layers(prob: np.ndarray, weights: np.ndarray, alpha: float) -> float:
+    """Max over layers of ``-mean_t log c_t``; ``prob [A]`` (any values), ``weights [NL, A]`` float64."""
+    prob = np.clip(prob, 1e-30, 1.0)
     worst = -np.inf
-    for layer in prev:
-        w = layer[int(layer.mean(1).argmax())]
+    for w in weights:
         c = np.empty_like(prob)
         c[0] = prob[0]
         for t in range(1, len(prob)):
             c[t] = alpha * prob[t] + (1.0 - alpha) * w[t] * c[t - 1]
         worst = max(worst, float(-np.log(np.clip(c, 1e-30, None)).mean()))
     return worst
+
+
+def _previous_token_heads(token_prev: np.ndarray) -> np.ndarray:
+    """``[NL, A] float64``: per layer, the previous-token weights of the head with the largest mean."""
+    prev = np.asarray(token_prev, dtype=np.float64)
+    return np.stack([layer[int(layer.mean(1).argmax())] for layer in prev])
+
+
+def rauq_score(token_prev: np.ndarray, token_prob: np.ndarray, alpha: float) -> float:
+    """[`RAUQ`][halluprobe.RAUQ] score of one answer; ``token_prev [NL, H, A]``, ``token_prob [A]``."""
+    prev = np.asarray(token_prev, dtype=np.float64)
+    prob = np.asarray(token_prob, dtype=np.float64)
+    if prev.ndim != 3 or prev.shape[-1] != prob.shape[0] or prob.shape[0] == 0:
+        raise ValueError(
+            f"rauq_score needs token_prev [NL, H, A] and token_prob [A]; got {prev.shape}, {prob.shape}"
+        )
+    return _rauq_layers(prob, _previous_token_heads(prev), alpha)
 
 
 def mtopdiv(weights: np.ndarray, prompt_len: int) -> float:
@@ -393,6 +470,25 @@ def toha_matrix(records: list[ExampleRecord]) -> np.ndarray:
     return np.stack([r.mtopdiv.reshape(-1) for r in records]).astype(np.float64)
 
 
-def rauq_inputs(records: list[ExampleRecord], prob_index: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """RAUQ inputs: each record's ``token_prev`` and the answer-token probability column ``prob_index``."""
-    return [(r.token_prev, r.token_logit[:, prob_index]) for r in records]
+def rauq_matrix(records: list[ExampleRecord], logprob_index: int) -> np.ndarray:
+    """``[n, 1 + NL, A_max] float64`` `RAUQ` input, NaN after each answer.
+
+    Row 0: the probability ``exp(logprob)`` of every answer token (logit statistic ``logprob_index``,
+    the answer token's log-probability); row ``1 + l``: the previous-token weights of layer ``l``'s head
+    with the largest mean previous-token weight on this answer.
+    """
+    if not records:
+        raise ValueError("rauq_matrix needs at least one record")
+    n_layers = records[0].token_prev.shape[0]
+    a_max = max(r.token_prev.shape[-1] for r in records)
+    out = np.full((len(records), 1 + n_layers, a_max), np.nan)
+    for i, r in enumerate(records):
+        a = r.token_prev.shape[-1]
+        if r.token_prev.shape[0] != n_layers or r.token_logit.shape[0] != a:
+            raise ValueError(
+                f"record {r.id}: token_prev {r.token_prev.shape} / token_logit "
+                f"{r.token_logit.shape} do not match {n_layers} layers and its answer"
+            )
+        out[i, 0, :a] = np.exp(r.token_logit[:, logprob_index])
+        out[i, 1:, :a] = _previous_token_heads(r.token_prev)
+    return out

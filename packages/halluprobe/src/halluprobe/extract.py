@@ -161,6 +161,8 @@ class ProxyExtractor:
             one eager batched ``record_forward``: the same records, without the eager host cost per
             forward. CUDA models only; ``None`` (default): eager batches.
         backend: Kernel backend of the eager ``record_forward`` (``"auto"``, ``"triton"``, ``"torch"``).
+        token_store: Also store every answer token's features and character offsets there
+            (`halluprobe.localisation.TokenStore`, for the token probe); eager batches only.
     """
 
     model: Any
@@ -170,6 +172,7 @@ class ProxyExtractor:
     toha: bool = False
     graph_buckets: tuple[int, int] | None = None
     backend: str = "auto"
+    token_store: Any = None
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
     _graphed: Any = field(default=None, repr=False)
 
@@ -255,6 +258,8 @@ class ProxyExtractor:
         """Records of ``batch``, in order."""
         encoded = [self.encode(ex) for ex in batch]
         if self._graphed is not None:
+            if self.token_store is not None:
+                raise ValueError("token_store needs eager batches (graph_buckets=None)")
             return self._replayed(batch, encoded)
         fs = self.forward(encoded)
         mtop = None
@@ -262,7 +267,17 @@ class ProxyExtractor:
             from halluprobe.toha import dense_mtopdiv
 
             mtop = dense_mtopdiv(self.model, encoded, fs.layers)
+        if self.token_store is not None:
+            self._store_tokens(batch, encoded, fs)
         return reduce_forward(fs, [ex.id for ex in batch], mtopdiv=mtop)
+
+    def _store_tokens(self, batch: list[Any], encoded: list[tuple[list[int], int]], fs) -> None:
+        """Write each answer's per-token features and character offsets to `token_store`."""
+        from halluprobe.localisation import token_features, token_offsets
+
+        for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
+            feats = token_features(fs, b, int(fs.answer_len[b]))
+            self.token_store.write(ex.id, feats, token_offsets(self.tokenizer, ex.answer, ids[start:]))
 
     def _replayed(self, batch: list[Any], encoded: list[tuple[list[int], int]]) -> list[ExampleRecord]:
         """Records from graph replays, one example at a time (TOHA, if asked, still runs batched)."""

@@ -6,16 +6,26 @@ and its logit statistics. It follows the sequence probes' protocol: a class-bala
 regression fitted on the training tokens (a token is positive when it overlaps an annotated span),
 ``C`` in `TOKEN_CS` chosen by validation token AUROC, then the threshold by validation span F1.
 
-Spans: the characters of every token scored at or above the threshold, merged into maximal runs
-(`decode_spans`). Span precision, recall and F1 count characters: overlap of predicted and
-annotated characters over predicted (precision) and annotated (recall) characters, summed over the
-answers of a split (micro average), the character-level span metric that LettuceDetect reports.
+Beyond the token's own features, a probe can read its neighbourhood (``window > 0``,
+`context_features`: the mean of the features over the tokens within ``window`` on each side, their
+mean over the whole answer, and the token's relative position), and its scores can be smoothed
+(``smooth``: a moving average over ``smooth`` tokens on each side) before decoding; flagged runs
+separated by at most ``gap`` unflagged tokens are merged. `fit_token_probe` chooses the window with
+``C`` by validation token AUROC, then ``smooth``, ``gap`` and the threshold together by validation
+span F1; the test split is never used for a choice.
+
+Spans: the characters of every token scored at or above the threshold (after closing gaps of at
+most ``gap`` tokens), merged into maximal runs (`decode_spans`). Span precision, recall and F1
+count characters: overlap of predicted and annotated characters over predicted (precision) and
+annotated (recall) characters, summed over the answers of a split (micro average), the
+character-level span metric that LettuceDetect reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,17 +38,25 @@ if TYPE_CHECKING:
     from halluprobe.extract import ProxyExtractor
 
 __all__ = [
+    "GAPS",
     "MAX_TRAIN_TOKENS",
+    "SMOOTHS",
     "TOKEN_CS",
+    "WINDOWS",
     "SpanResult",
     "TokenExample",
     "TokenProbe",
+    "TokenStore",
     "char_mask",
+    "choose_decoding",
     "choose_span_threshold",
+    "close_gaps",
+    "context_features",
     "decode_spans",
     "evaluate_spans",
     "fit_and_evaluate",
     "fit_token_probe",
+    "smooth_scores",
     "span_counts",
     "span_prf",
     "token_examples",
@@ -50,6 +68,56 @@ TOKEN_CS: tuple[float, ...] = (0.01, 0.1, 1.0)
 """Regularisation strengths of the token probe, ascending (ties go to the smaller)."""
 MAX_TRAIN_TOKENS = 200_000
 """At most this many training tokens (a seeded uniform sample) fit the token probe."""
+WINDOWS: tuple[int, ...] = (0, 4)
+"""Neighbourhood windows searched by default (0: the token's own features only)."""
+SMOOTHS: tuple[int, ...] = (0, 1, 2, 4)
+"""Score smoothing half-widths searched by default (0: none)."""
+GAPS: tuple[int, ...] = (0, 1, 3)
+"""Largest gaps (in tokens) closed between flagged tokens, searched by default."""
+
+
+def context_features(features: np.ndarray, window: int) -> np.ndarray:
+    """``[A, 3F + 1] float32``: features, their mean within ``window`` tokens, the answer mean, position.
+
+    With ``window == 0`` the features are returned unchanged (``[A, F]``).
+
+    Args:
+        features: ``[A, F]`` per-token features (`token_features`).
+        window: Tokens on each side averaged (clipped at the answer's ends).
+    """
+    x = np.asarray(features)
+    if window <= 0:
+        return x
+    a = len(x)
+    csum = np.concatenate([np.zeros((1, x.shape[1])), np.cumsum(x, 0, dtype=np.float64)])
+    t = np.arange(a)
+    lo, hi = np.clip(t - window, 0, a), np.clip(t + window + 1, 0, a)
+    near = (csum[hi] - csum[lo]) / (hi - lo)[:, None]
+    whole = np.broadcast_to(csum[-1] / max(a, 1), x.shape)
+    pos = (t / max(a - 1, 1))[:, None]
+    return np.concatenate([x, near, whole, pos], 1).astype(np.float32)
+
+
+def smooth_scores(scores: np.ndarray, smooth: int) -> np.ndarray:
+    """``[A]`` moving average of ``scores`` over ``smooth`` tokens on each side (unchanged when 0)."""
+    s = np.asarray(scores)
+    if smooth <= 0 or len(s) == 0:
+        return s
+    csum = np.concatenate([[0.0], np.cumsum(s, dtype=np.float64)])
+    t = np.arange(len(s))
+    lo, hi = np.clip(t - smooth, 0, len(s)), np.clip(t + smooth + 1, 0, len(s))
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def close_gaps(flags: np.ndarray, gap: int) -> np.ndarray:
+    """``[A] bool``: ``flags`` with runs of at most ``gap`` unflagged tokens between flagged ones filled."""
+    f = np.asarray(flags, dtype=bool)
+    if gap <= 0 or not f.any():
+        return f
+    idx = np.arange(len(f))
+    last = np.maximum.accumulate(np.where(f, idx, -1))
+    nxt = np.minimum.accumulate(np.where(f, idx, len(f))[::-1])[::-1]
+    return f | ((last >= 0) & (nxt < len(f)) & (nxt - last - 1 <= gap))
 
 
 def token_features(fs: ForwardStats, b: int, length: int) -> np.ndarray:
@@ -105,7 +173,9 @@ def _flagged_chars(offsets: np.ndarray, flags: np.ndarray, n_chars: int) -> np.n
     return pred
 
 
-def decode_spans(offsets: np.ndarray, scores: np.ndarray, threshold: float, n_chars: int) -> tuple[Span, ...]:
+def decode_spans(
+    offsets: np.ndarray, scores: np.ndarray, threshold: float, n_chars: int, gap: int = 0
+) -> tuple[Span, ...]:
     """Character spans of the answer covered by tokens scored ``>= threshold``.
 
     Args:
@@ -113,6 +183,7 @@ def decode_spans(offsets: np.ndarray, scores: np.ndarray, threshold: float, n_ch
         scores: ``[A] float``. Token scores (higher = more likely hallucinated).
         threshold: flag a token when its score is at least this.
         n_chars: the answer's length in characters.
+        gap: also flag runs of at most ``gap`` tokens between flagged ones (`close_gaps`).
 
     Returns:
         Maximal runs of flagged characters, in order, labelled ``"hallucination"``.
@@ -120,7 +191,7 @@ def decode_spans(offsets: np.ndarray, scores: np.ndarray, threshold: float, n_ch
     offsets, scores = np.asarray(offsets), np.asarray(scores)
     if offsets.shape != (len(scores), 2):
         raise ValueError(f"offsets must be [A, 2] for {len(scores)} scores, got {offsets.shape}")
-    pred = _flagged_chars(offsets, scores >= threshold, n_chars)
+    pred = _flagged_chars(offsets, close_gaps(scores >= threshold, gap), n_chars)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], pred, [False]]).astype(np.int8)))
     return tuple(Span(int(a), int(b), "hallucination") for a, b in edges.reshape(-1, 2))
 
@@ -145,12 +216,12 @@ class TokenExample:
 
 
 def span_counts(
-    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float
+    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float, gap: int = 0
 ) -> np.ndarray:
     """``[n, 3] float64``: overlapping, predicted and annotated characters of each answer."""
     rows = []
     for ex, s in zip(examples, scores, strict=True):
-        pred = _flagged_chars(ex.offsets, np.asarray(s) >= threshold, len(ex.gold))
+        pred = _flagged_chars(ex.offsets, close_gaps(np.asarray(s) >= threshold, gap), len(ex.gold))
         rows.append((np.sum(pred & ex.gold), pred.sum(), ex.gold.sum()))
     return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
 
@@ -164,30 +235,92 @@ def span_prf(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return p, r, f
 
 
+class _CharIndex:
+    """Every character of a set of answers and the tokens covering it, for fast micro span counts."""
+
+    def __init__(self, examples: Sequence[TokenExample]):
+        from scipy.sparse import csr_matrix
+
+        rows, cols, char0, tok0 = [], [], 0, 0
+        for ex in examples:
+            n = len(ex.gold)
+            for k, (a, b) in enumerate(np.minimum(np.asarray(ex.offsets), n)):
+                if b > a:
+                    rows.append(np.arange(char0 + a, char0 + b))
+                    cols.append(np.full(b - a, tok0 + k))
+            char0, tok0 = char0 + len(ex.gold), tok0 + len(ex.offsets)
+        r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+        self.cover = csr_matrix((np.ones(len(r)), (r, c)), shape=(char0, tok0))
+        self.gold = np.concatenate([ex.gold for ex in examples]) if examples else np.zeros(0, bool)
+        self.bounds = np.cumsum([0] + [len(ex.offsets) for ex in examples])
+
+    def f1(self, flags: np.ndarray) -> float:
+        """Micro character span F1 of ``[n_tokens] bool`` flags (all answers concatenated)."""
+        pred = (self.cover @ flags.astype(np.float64)) > 0
+        counts = np.array([np.sum(pred & self.gold), pred.sum(), self.gold.sum()], dtype=np.float64)
+        return float(span_prf(counts)[2])
+
+    def flags(self, scores: np.ndarray, threshold: float, gap: int) -> np.ndarray:
+        """Concatenated flags of concatenated ``scores`` with gaps closed within each answer."""
+        f = scores >= threshold
+        if gap <= 0:
+            return f
+        b = self.bounds
+        return np.concatenate([close_gaps(f[b[i] : b[i + 1]], gap) for i in range(len(b) - 1)])
+
+
+def _best_threshold(index: _CharIndex, scores: np.ndarray, gap: int) -> tuple[float, float]:
+    """(F1, threshold) best among 60 quantiles (50% to 99.5%) of ``scores``; ties to the higher threshold."""
+    best = (-1.0, float(scores.max()))
+    for thr in np.unique(np.quantile(scores, np.linspace(0.5, 0.995, 60))):
+        f = index.f1(index.flags(scores, thr, gap))
+        if f > best[0] + 1e-12 or (abs(f - best[0]) <= 1e-12 and thr > best[1]):
+            best = (f, float(thr))
+    return best
+
+
 def choose_span_threshold(examples: Sequence[TokenExample], scores: Sequence[np.ndarray]) -> float:
     """The threshold with the highest micro span F1 among 60 quantiles (50% to 99.5%) of the scores.
 
     Ties go to the higher threshold.
     """
     allv = np.concatenate([np.asarray(s) for s in scores])
-    best = (-1.0, float(allv.max()))
-    for thr in np.unique(np.quantile(allv, np.linspace(0.5, 0.995, 60))):
-        f = float(span_prf(span_counts(examples, scores, thr).sum(0))[2])
-        if f > best[0] + 1e-12 or (abs(f - best[0]) <= 1e-12 and thr > best[1]):
-            best = (f, float(thr))
-    return best[1]
+    return _best_threshold(_CharIndex(examples), allv, 0)[1]
+
+
+def choose_decoding(
+    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], *,
+    smooths: Sequence[int] = SMOOTHS, gaps: Sequence[int] = GAPS,
+) -> tuple[int, int, float, float]:  # fmt: skip
+    """``(smooth, gap, threshold, F1)`` with the best micro span F1 of ``examples`` (validation).
+
+    Thresholds: 60 quantiles of the smoothed scores (`choose_span_threshold`); ties go to the smaller
+    ``smooth``, then the smaller ``gap``, then the higher threshold.
+    """
+    index = _CharIndex(examples)
+    best: tuple[int, int, float, float] | None = None
+    for sm in sorted(smooths):
+        allv = np.concatenate([smooth_scores(np.asarray(s), sm) for s in scores])
+        for g in sorted(gaps):
+            f, thr = _best_threshold(index, allv, g)
+            if best is None or f > best[3] + 1e-12:
+                best = (int(sm), int(g), thr, f)
+    if best is None:
+        raise ValueError("choose_decoding needs at least one smoothing and one gap")
+    return best
 
 
 @dataclass(frozen=True)
 class TokenProbe:
-    """A fitted token probe: standardiser, logistic weights, ``C`` and the span threshold."""
+    """A fitted token probe: feature view, standardiser, logistic weights, ``C`` and the span decoding."""
 
     mean: np.ndarray
-    """``[F]``: feature means on the training tokens (the features' dtype, float32)."""
+    """``[F']``: feature means on the training tokens (the features' dtype, float32)."""
     scale: np.ndarray
-    """``[F]``: feature standard deviations (1 where constant)."""
+    """``[F']``: feature standard deviations (1 where constant)."""
     coef: np.ndarray
-    """``[F] float64``: logistic weights on the standardised features."""
+    """``[F'] float64``: logistic weights on the standardised features."""
     intercept: float
     """Logistic intercept."""
     C: float
@@ -195,39 +328,54 @@ class TokenProbe:
     threshold: float
     """Score threshold chosen by validation span F1."""
     val_auroc: float
-    """Validation token AUROC at ``C``."""
+    """Validation token AUROC at ``C`` (before smoothing)."""
+    window: int = 0
+    """Neighbourhood window of the features (`context_features`; 0 = the token's own features)."""
+    smooth: int = 0
+    """Half-width of the moving average of the token logits (`smooth_scores`; 0 = none)."""
+    gap: int = 0
+    """Gaps of at most this many tokens between flagged tokens are flagged too (`close_gaps`)."""
 
     def decision_function(self, features: np.ndarray) -> np.ndarray:
-        """``[A]`` token logits (higher = more likely hallucinated), in the features' float dtype."""
-        z = (np.asarray(features) - self.mean) / self.scale
+        """``[A]`` token scores (higher = more likely hallucinated) of ``[A, F]`` `token_features`.
+
+        The logits of the probe on `context_features` (in the features' float dtype, as
+        scikit-learn's ``decision_function``), smoothed over ``smooth`` tokens on each side.
+        """
+        z = (context_features(features, self.window) - self.mean) / self.scale
         # in the features' dtype, as scikit-learn's decision_function: the same numbers to the last bit
         coef, intercept = (
             self.coef.astype(z.dtype).reshape(1, -1).T,
             np.asarray(self.intercept, dtype=z.dtype),
         )
-        return (z @ coef + intercept).ravel()
+        return smooth_scores((z @ coef + intercept).ravel(), self.smooth)
 
     def predict_proba(self, features: np.ndarray) -> np.ndarray:
-        """``[A, 2]`` probabilities; column 1 = the token is hallucinated."""
+        """``[A, 2]`` probabilities (the logistic of `decision_function`); column 1 = hallucinated."""
         from halluprobe.numeric import sigmoid
 
         p = sigmoid(self.decision_function(features))
         return np.stack([1.0 - p, p], 1)
 
     def spans(self, features: np.ndarray, offsets: np.ndarray, n_chars: int) -> tuple[Span, ...]:
-        """Character spans of the tokens whose logit reaches `threshold`."""
-        return decode_spans(offsets, self.decision_function(features), self.threshold, n_chars)
+        """Character spans of the tokens whose score reaches `threshold` (gaps of ``gap`` closed)."""
+        return decode_spans(offsets, self.decision_function(features), self.threshold, n_chars, self.gap)
 
 
-def _stack(examples: Sequence[TokenExample]) -> tuple[np.ndarray, np.ndarray]:
-    return np.concatenate([e.features for e in examples]), np.concatenate([e.labels for e in examples])
+def _stack(examples: Sequence[TokenExample], window: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([context_features(e.features, window) for e in examples])
+    return x, np.concatenate([e.labels for e in examples])
 
 
 def fit_token_probe(
     train: Sequence[TokenExample], validation: Sequence[TokenExample], *, cs: Sequence[float] = TOKEN_CS,
-    max_train_tokens: int = MAX_TRAIN_TOKENS, seed: int = 42,
+    max_train_tokens: int = MAX_TRAIN_TOKENS, seed: int = 42, windows: Sequence[int] = WINDOWS,
+    smooths: Sequence[int] = SMOOTHS, gaps: Sequence[int] = GAPS,
 ) -> TokenProbe:  # fmt: skip
-    """Fit on training tokens, ``C`` by validation token AUROC, threshold by validation span F1.
+    """Fit on training tokens; window and ``C`` by validation token AUROC; decoding by validation span F1.
+
+    Ties go to the smaller window and ``C``; `choose_decoding` then picks ``smooth``, ``gap`` and the
+    threshold. With ``windows=smooths=gaps=(0,)`` this is the plain token probe.
 
     Raises:
         ValueError: when the training tokens lack a label.
@@ -235,26 +383,36 @@ def fit_token_probe(
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    x, y = _stack(train)
-    if len(set(y.tolist())) < 2:
-        raise ValueError("the token probe needs hallucinated and supported training tokens (spans in train)")
-    if len(y) > max_train_tokens:
-        keep = np.random.default_rng(seed).choice(len(y), max_train_tokens, replace=False)
-        x, y = x[keep], y[keep]
-    mu, sd = x.mean(0), x.std(0)
-    sd = np.where(sd > 1e-8, sd, 1.0)
-    xv, yv = _stack(validation)
+    views: dict[int, tuple] = {}
+    for w in sorted(set(windows)):
+        x, y = _stack(train, w)
+        if len(set(y.tolist())) < 2:
+            raise ValueError(
+                "the token probe needs hallucinated and supported training tokens (spans in train)"
+            )
+        if len(y) > max_train_tokens:
+            keep = np.random.default_rng(seed).choice(len(y), max_train_tokens, replace=False)
+            x, y = x[keep], y[keep]
+        mu, sd = x.mean(0), x.std(0)
+        views[w] = (x, y, mu, np.where(sd > 1e-8, sd, 1.0), *_stack(validation, w))
 
-    def fit(c: float):
-        lr = LogisticRegression(C=c, class_weight="balanced", max_iter=500).fit((x - mu) / sd, y)
+    def fit(cand: tuple[int, float]):
+        x, y, mu, sd, xv, yv = views[cand[0]]
+        lr = LogisticRegression(C=cand[1], class_weight="balanced", max_iter=500).fit((x - mu) / sd, y)
         a = roc_auc_score(yv, lr.decision_function((xv - mu) / sd)) if len(set(yv.tolist())) == 2 else 0.5
         return a, lr
 
-    c, auc, lr = best_by_validation(list(cs), fit, tol=1e-12)
-    probe = TokenProbe(mu, sd, lr.coef_[0].astype(np.float64),
-                       float(lr.intercept_[0]), float(c), float("nan"), float(auc))  # fmt: skip
-    thr = choose_span_threshold(validation, [probe.decision_function(e.features) for e in validation])
-    return TokenProbe(probe.mean, probe.scale, probe.coef, probe.intercept, probe.C, thr, probe.val_auroc)
+    (w, c), auc, lr = best_by_validation([(w, c) for w in sorted(views) for c in cs], fit, tol=1e-12)
+    mu, sd = views[w][2], views[w][3]
+    views.clear()
+    probe = TokenProbe(mu, sd, lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), float(c),
+                       float("nan"), float(auc), window=int(w))  # fmt: skip
+    raw = [probe.decision_function(e.features) for e in validation]
+    if tuple(smooths) == (0,) and tuple(gaps) == (0,):
+        sm, g, thr = 0, 0, choose_span_threshold(validation, raw)
+    else:
+        sm, g, thr, _ = choose_decoding(validation, raw, smooths=smooths, gaps=gaps)
+    return replace(probe, threshold=thr, smooth=sm, gap=g)
 
 
 @dataclass(frozen=True)
@@ -301,14 +459,18 @@ def _ci(values: list[float]) -> tuple[float, float]:
 
 def evaluate_spans(
     examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float, *,
-    n_bootstrap: int = 500, seed: int = 42,
+    n_bootstrap: int = 500, seed: int = 42, gap: int = 0,
 ) -> SpanResult:  # fmt: skip
-    """Token AUROC and character span precision/recall/F1 at ``threshold``, with group-bootstrap intervals."""
+    """Token AUROC and character span precision/recall/F1 at ``threshold``, with group-bootstrap intervals.
+
+    ``gap``: gaps of at most this many tokens between flagged tokens are flagged (`close_gaps`).
+    """
     from sklearn.metrics import roc_auc_score
 
     groups = sorted({e.group for e in examples})
     gi = np.array([groups.index(e.group) for e in examples])
-    counts = span_counts(examples, scores, threshold)
+    counts = span_counts(examples, scores, threshold, gap)
+    flags = np.concatenate([close_gaps(np.asarray(v) >= threshold, gap) for v in scores])
     y = np.concatenate([e.labels for e in examples])
     s = np.concatenate([np.asarray(v) for v in scores])
     tok_item = np.concatenate([np.full(len(e.offsets), k) for k, e in enumerate(examples)])
@@ -326,7 +488,7 @@ def evaluate_spans(
     return SpanResult(
         token_auroc=float(roc_auc_score(y, s)) if len(set(y.tolist())) == 2 else float("nan"),
         token_auroc_ci=_ci(aucs), span_precision=float(p), span_recall=float(r), span_f1=float(f),
-        span_f1_ci=_ci(f1s), token_f1=_token_f1(y, s >= threshold), threshold=float(threshold),
+        span_f1_ci=_ci(f1s), token_f1=_token_f1(y, flags), threshold=float(threshold),
         n_answers=len(examples), n_tokens=int(len(y)), n_positive_tokens=int(y.sum()), n_groups=len(groups),
     )  # fmt: skip
 
@@ -363,4 +525,35 @@ def fit_and_evaluate(
     probe = fit_token_probe(splits["train"], splits["validation"])
     test = splits["test"]
     scores = [probe.decision_function(e.features) for e in test]
-    return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap)
+    return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap, gap=probe.gap)
+
+
+@dataclass(frozen=True)
+class TokenStore:
+    """A folder of per-answer token data (`token_features` as float16, `token_offsets`), one ``.npz`` each.
+
+    Written during extraction (`halluprobe.ProxyExtractor`'s ``token_store``), read back as
+    `TokenExample` objects with the answer's annotated characters.
+    """
+
+    root: Path
+    """The folder."""
+
+    def path(self, example_id: str) -> Path:
+        """Where the data of one example lives (a hash of its id)."""
+        import hashlib
+
+        return Path(self.root) / (hashlib.sha1(example_id.encode()).hexdigest()[:20] + ".npz")
+
+    def write(self, example_id: str, features: np.ndarray, offsets: np.ndarray) -> None:
+        """Store one answer's ``[A, F]`` features (as float16) and ``[A, 2]`` offsets, atomically."""
+        from halubench_data.files import atomic_path
+
+        with atomic_path(self.path(example_id)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, feats=np.asarray(features).astype(np.float16), offsets=np.asarray(offsets))
+
+    def example(self, ex) -> TokenExample:
+        """The `TokenExample` of a ``halubench_data.Example`` (float32 features, non-finite values as 0)."""
+        z = np.load(self.path(ex.id))
+        feats = np.nan_to_num(z["feats"].astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+        return TokenExample(feats, z["offsets"], char_mask(ex.spans, len(ex.answer)), str(ex.group))

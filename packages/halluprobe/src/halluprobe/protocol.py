@@ -71,8 +71,13 @@ class ProbeFit:
         return self.features(records) @ self.coef + self.intercept
 
     def predict_proba(self, records: list[ExampleRecord]) -> np.ndarray:
-        """``[n]`` probability of label 1 (hallucinated); higher means more likely hallucinated."""
-        return sigmoid(self.decision_function(records))
+        """``[n, 2]`` probabilities of labels 0 and 1; column 1 = hallucinated (scikit-learn's shape)."""
+        p = sigmoid(self.decision_function(records))
+        return np.stack([1.0 - p, p], 1)
+
+    def predict(self, records: list[ExampleRecord]) -> np.ndarray:
+        """``[n] int64`` labels: 1 (hallucinated) where the probability reaches `threshold`."""
+        return (self.predict_proba(records)[:, 1] >= self.threshold).astype(np.int64)
 
 
 def _metrics():

@@ -133,3 +133,91 @@ def write_report(out: Path, table: str, test_scores, y, fits, tests, dataset_nam
     path = out / "report.md"
     atomic_write_bytes(path, "\n".join(lines).encode())
     return path
+
+
+ROC_METHODS = ("A7", "A64", "H64", "L9", "A64H64", "ALL", "RAUQ", "LookbackLens", "text-only TF-IDF")
+"""Methods drawn in `plot_roc_grid` (plus every judge), when present."""
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_roc_grid(path: Path, evaluations, names: dict[str, str] | None = None) -> None:
+    """Test ROC per dataset, two panels per row: probes solid, detectors/judge/text-only dashed.
+
+    Args:
+        path: PNG file to write.
+        evaluations: ``{dataset: DatasetEvaluation}`` (`halluprobe.evaluation`).
+        names: display names of the datasets.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    names = names or {}
+    keys = list(evaluations)
+    cols = min(2, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 5.2 * rows), squeeze=False)
+    for ax in axes.flat[len(keys) :]:
+        ax.axis("off")
+    for ax, d in zip(axes.flat, keys, strict=False):
+        ev = evaluations[d]
+        judges = [m for m, s in ev.methods.items() if s.kind == "judge"]
+        for m in (*ROC_METHODS, *judges):
+            if m not in ev.methods or len(set(ev.y_test.tolist())) < 2:
+                continue
+            fpr, tpr, _ = roc_curve(ev.y_test, ev.methods[m].test)
+            style = "--" if ev.methods[m].kind != "probe" else "-"
+            auc = float(np.trapezoid(tpr, fpr))
+            ax.plot(fpr, tpr, style, lw=1.2, label=f"{m.replace('SmolLM2 judge', 'judge')} ({auc:.2f})")
+        ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
+        ax.set(
+            title=names.get(d, d), xlabel="false positive rate", ylabel="true positive rate", aspect="equal"
+        )
+        ax.title.set_fontsize(10)
+        ax.legend(fontsize=7, loc="lower right", title="test AUROC", title_fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_auroc_bars(path: Path, rows: list[dict], names: dict[str, str] | None = None) -> None:
+    """Grouped bars of test AUROC with 95% intervals, one group per dataset (rows: `tables.main_rows`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = names or {}
+    ds = list(dict.fromkeys(r["dataset"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    idx = {(r["dataset"], r["method"]): r for r in rows}
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(max(10, 2.6 * len(ds)), 5.6))
+    cmap = plt.get_cmap("tab20")
+    for k, m in enumerate(methods):
+        got = [(i, idx[d, m]) for i, d in enumerate(ds) if (d, m) in idx and np.isfinite(idx[d, m]["auroc"])]
+        ax.bar(
+            [i - 0.4 + (k + 0.5) * width for i, _ in got],
+            [r["auroc"] for _, r in got],
+            width,
+            yerr=[[r["auroc"] - r["auroc_lo"] for _, r in got], [r["auroc_hi"] - r["auroc"] for _, r in got]],
+            capsize=1.5,
+            color=cmap(k % 20),
+            label=m.replace("SmolLM2 judge", "judge"),
+            error_kw={"lw": 0.6},
+        )
+    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(range(len(ds)))
+    ax.set_xticklabels([names.get(d, d) for d in ds], fontsize=9)
+    ax.set(ylabel="test AUROC (95% group-bootstrap interval)", ylim=(0.2, 1.0))
+    ax.legend(fontsize=7, ncol=9, loc="upper center", bbox_to_anchor=(0.5, -0.07))
+    fig.tight_layout()
+    _save(fig, path)

@@ -67,7 +67,7 @@ def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, 
     if toha:
         chosen_on_validation("TOHA", d.TOHA(), d.toha_matrix)
     rauq, lp = d.RAUQ().fit(), logit_names.index("answer_logprob")
-    out["RAUQ"] = lambda recs: rauq.decision_function([(p, np.exp(q)) for p, q in d.rauq_inputs(recs, lp)])
+    out["RAUQ"] = lambda recs: rauq.raw_score(d.rauq_matrix(recs, lp))
     return out
 
 
@@ -134,12 +134,16 @@ def run_training(
         extra["localisation"] = {
             "C": token_probe.C,
             "val_token_auroc": token_probe.val_auroc,
+            **{k: getattr(token_probe, k) for k in ("window", "smooth", "gap")},
             **asdict(span_result),
         }
     y_val = labels["validation"]
     methods = []
     for name, fit in fits.items():
-        val_s, test_s = fit.predict_proba(records["validation"]), fit.predict_proba(records["test"])
+        val_s, test_s = (
+            fit.predict_proba(records["validation"])[:, 1],
+            fit.predict_proba(records["test"])[:, 1],
+        )
         methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
         Detector(fit, proxy, ext.layers, ext.hidden_layers, token_probe).save(out / "detectors" / name)
     if published:

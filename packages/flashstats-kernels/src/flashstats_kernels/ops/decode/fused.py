@@ -13,9 +13,10 @@ so a step can be captured in a CUDA graph and replayed as the cache grows):
    with the entropy accumulator shifted by ``m``, as in the forward kernel), finalises output, LSE and
    T1, and reads the T2 lookups off the merged LSE. The order is fixed, so results are bitwise
    identical across runs; the split count changes them only by fp32 rounding.
-3. ``_columns_kernel``: one program per (key tile, batch x query head) re-scores the new rows against
-   its keys from the merged LSE and adds their weights (and, for head 0, the row counts) to the
-   running column state. Each program owns its slots: no atomics.
+3. ``_columns_kernel``: one program per (key tile, batch x KV head) loads its keys once, re-scores
+   the new rows of every query head of the group against them from the merged LSE and adds their
+   weights (and, for head 0, the row counts) to the running column state. Each program owns its
+   slots: no atomics.
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ def _rows(i_rb, R, kv_len, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
     return o_m, m_m, o_g, o_r, kv_len - R + o_r
 
 
-@triton.jit(do_not_specialize=["R", "window"])
+@triton.jit(do_not_specialize=["R", "window", "splits"])
 def _split_kernel(
     Q, K, V, Part, Acc, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb,
-    Hq, Hkv, R, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    Hq, Hkv, R, scale, softcap, window, splits,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr,
     WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -78,11 +79,11 @@ def _split_kernel(
     p_k0 = K + i_b * skb + i_kh * skh
     p_v0 = V + i_b * svb + i_kh * svh
     plen = tl.load(PromptLen + i_b)
-    # keys any row can see: [lo, kv_len), cut into SPLITS ranges of whole tiles
+    # keys any row can see: [lo, kv_len), cut into `splits` ranges of whole tiles
     lo = 0
     if HAS_WINDOW:
         lo = tl.maximum(kv_len - R - window + 1, 0) // BLOCK_N * BLOCK_N
-    per = tl.cdiv(tl.cdiv(kv_len - lo, SPLITS), BLOCK_N) * BLOCK_N
+    per = tl.cdiv(tl.cdiv(kv_len - lo, splits), BLOCK_N) * BLOCK_N
     start = lo + i_s * per
     stop = tl.minimum(start + per, kv_len)
     st = (
@@ -95,8 +96,8 @@ def _split_kernel(
         scale * 1.4426950408889634, scale, softcap, window, *st,
         True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
     )  # fmt: skip
-    o_p = ((i_bk * n_rb + i_rb) * SPLITS + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
-    n_slot = tl.num_programs(1) * n_rb * SPLITS * BLOCK_M  # slots per state field
+    o_p = ((i_bk * n_rb + i_rb) * splits + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
+    n_slot = tl.num_programs(1) * n_rb * splits * BLOCK_M  # slots per state field
     tl.store(Part + o_p, b_mx)
     tl.store(Part + n_slot + o_p, b_l)
     tl.store(Part + 2 * n_slot + o_p, b_a)
@@ -128,12 +129,12 @@ def _merge_one(st, Part, Acc, n_slot, o_p, o_d, BLOCK_D: tl.constexpr):
     return mx, b_l, b_acc, b_a, b_q2, b_pm, b_n + s_n
 
 
-@triton.jit(do_not_specialize=["R", "window", "S"])
+@triton.jit(do_not_specialize=["R", "window", "S", "splits"])
 def _merge_kernel(
     Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
-    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride,
-    D: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, HAS_MASK: tl.constexpr,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride, splits,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
     WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -146,16 +147,23 @@ def _merge_kernel(
     o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     m_d = o_d < D
-    n_slot = tl.num_programs(0) * n_rb * SPLITS * BLOCK_M
-    base = (i_bk * n_rb + i_rb) * SPLITS * BLOCK_M + tl.arange(0, BLOCK_M)
-    st = (
-        tl.full([BLOCK_M], -1.0e30, tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32),
-    )  # fmt: skip
-    for i_s in tl.static_range(SPLITS):  # the fixed reduction order
-        st = _merge_one(st, Part, Acc, n_slot, base + i_s * BLOCK_M, o_d, BLOCK_D)
-    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
+    n_slot = tl.num_programs(0) * n_rb * splits * BLOCK_M
+    base = (i_bk * n_rb + i_rb) * splits * BLOCK_M + tl.arange(0, BLOCK_M)
+    b_mx = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    b_l = tl.zeros([BLOCK_M], tl.float32)
+    b_a = tl.zeros([BLOCK_M], tl.float32)
+    b_q2 = tl.zeros([BLOCK_M], tl.float32)
+    b_pm = tl.zeros([BLOCK_M], tl.float32)
+    b_n = tl.zeros([BLOCK_M], tl.float32)
+    b_acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    # the fixed reduction order; the split count is a runtime value, so a cache that grows (which
+    # changes the default count) never triggers a recompilation
+    i_s = 0
+    while i_s < splits:
+        b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = _merge_one(
+            (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n), Part, Acc, n_slot, base + i_s * BLOCK_M, o_d, BLOCK_D
+        )
+        i_s += 1
 
     i_h = i_kh * GROUP + o_g  # [BM] query head
     has = b_l > 0.0
@@ -203,15 +211,15 @@ def _merge_kernel(
 def _columns_kernel(
     Q, K, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb, scb, sch, scn, sntb, sntn,
-    Hq, R, scale, softcap, window,
+    Hq, Hkv, R, scale, softcap, window,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0)
-    i_bh = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // Hq
-    i_h = i_bh % Hq
+    i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head: the key tile is loaded once for its group
+    i_b = i_bk // Hkv
+    i_kh = i_bk % Hkv
     kv_len = tl.load(KvLen)
     if i_n * BLOCK_N < kv_len:
         o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -219,23 +227,26 @@ def _columns_kernel(
         m_n = o_n < kv_len
         m_d = o_d < D
         EVEN_D: tl.constexpr = D == BLOCK_D
-        p_k = K + i_b * skb + (i_h // GROUP) * skh + o_n[:, None] * skn + o_d[None, :] * skd
+        p_k = K + i_b * skb + i_kh * skh + o_n[:, None] * skn + o_d[None, :] * skd
         b_k = mma_cast(load_tile(p_k, m_n, m_d, True, not EVEN_D), MMA)  # [BN, BD]
         p_km = KeyMask + i_b * smb
         keep_k = m_n
         if HAS_MASK:
             keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
-        b_sum, b_cnt = col_range(
-            0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + i_bh * R, tl.load(PromptLen + i_b),
-            R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
-            tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
-            True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
-        )  # fmt: skip
-        p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
-        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
-        if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
-            p_cnt = Count + i_b * sntb + o_n * sntn
-            tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
+        plen = tl.load(PromptLen + i_b)
+        for g in tl.static_range(GROUP):
+            i_h = i_kh * GROUP + g
+            b_sum, b_cnt = col_range(
+                0, R, b_k, o_n, keep_k, Q + i_b * sqb + i_h * sqh, p_km, Lse + (i_b * Hq + i_h) * R, plen,
+                R, kv_len, sqm, sqd, o_d, m_d, scale * 1.4426950408889634, scale, softcap, window,
+                tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.int32),
+                True, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, WHILE, BLOCK_M, False,
+            )  # fmt: skip
+            p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
+            tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
+            if i_h == 0:  # counts do not depend on the head: one program per key tile writes them
+                p_cnt = Count + i_b * sntb + o_n * sntn
+                tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt.to(tl.float32), mask=m_n)
 
 
 def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
@@ -321,21 +332,21 @@ def decode_triton(
     _split_kernel[(n_split, bkv, n_rb)](
         q, k, v, part, acc, g.key_mask, plen, kvl,
         *q.stride(), *k.stride(), *v.stride(), g.mask_stride,
-        g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
-        SPLITS=n_split, ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
+        g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window, n_split,
+        ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
     )  # fmt: skip
     _merge_kernel[(bkv, n_rb)](
         q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl,
         *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
-        g.B * g.Hq * g.R, SPLITS=n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
+        g.B * g.Hq * g.R, n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
     )  # fmt: skip
     if columns is not None:
         cm = max(16, min(64, triton.next_power_of_2(g.R)))
-        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
+        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), bkv)](
             q, k, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
             *q.stride(), *k.stride(), g.mask_stride, *columns.sum.stride(), *columns.count.stride(),
-            g.Hq, g.R, float(scale), g.softcap, g.window,
+            g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
             MMA=g.mma, BLOCK_M=cm, BLOCK_N=cfg["COL_N"], **flags,
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
