@@ -2,7 +2,15 @@
 
 The autotuner compiles its candidates one after another; compiling them first, one process per
 candidate (``FLASHSTATS_CONFIG_INDEX`` pins it), turns minutes of serial compilation into seconds.
-Each worker runs the four tiers once on a small input with the head layout of the benchmarks.
+Each worker runs the tiers once on a small input with the head layout of the benchmarks: Base, and
+<=T2 (rows and lookups); the key-major T3 kernel only at the head dims in ``T3_DIMS`` (where the kernel
+table times it); at a head dim that the forward splits (d = 80, 96) also the padded Base
+(``FLASHSTATS_SPLIT_D=0``) that the kernel table compares with.
+
+    python3 _precompile.py WORKERS [D ...] [family:NAME ...]
+
+``FLASHSTATS_PRECOMPILE_CANDIDATES=N`` compiles tuning candidates ``0 .. N-1`` (default 5: all of them,
+the longest table has five; 1 for benchmarks pinned to candidate 0).
 """
 
 from __future__ import annotations
@@ -14,60 +22,71 @@ import sys
 import time
 
 HEADS = ((32, 8), (16, 8))  # (query, KV) heads: the tier table and Qwen3-8B, Qwen3-0.6B
+T3_DIMS = (64, 128)  # head dims with a <=T3 target in issue 13 (the kernel table times T3 only there)
+
+
+def _warm_family(name: str, index: int) -> str:
+    os.environ["FLASHSTATS_CONFIG_INDEX"] = str(index)
+    from families import warm
+
+    t0 = time.perf_counter()
+    warm(name)
+    return f"family {name} candidate={index}: {time.perf_counter() - t0:.1f}s"
 
 
 def _warm(job: tuple) -> str:
-    if job[0] == "family":  # one family's attention variants at tuning candidate 0 (families.py)
-        os.environ["FLASHSTATS_CONFIG_INDEX"] = "0"
-        from families import warm
+    try:
+        return _warm_one(job)
+    except Exception as err:  # one failing variant must not stop the others; the benchmark reports it
+        return f"{job}: FAILED {type(err).__name__}: {str(err).splitlines()[0][:200]}"
 
-        t0 = time.perf_counter()
-        warm(job[1])
-        return f"family {job[1]}: {time.perf_counter() - t0:.1f}s"
-    d, index, hq, hkv, split = job
+
+def _warm_one(job: tuple) -> str:
+    if job[0] == "family":  # one family's attention variants at one tuning candidate (families.py)
+        return _warm_family(job[1], job[2])
+    d, index, hq, hkv = job
     os.environ["FLASHSTATS_CONFIG_INDEX"] = str(index)
     import torch
     from flashstats_kernels import StatsRequest, response_attention
+    from flashstats_kernels.ops.forward.fused import split_head_dim
 
     t0 = time.perf_counter()
     length, rows = 1024, 300
     q = torch.randn(1, hq, length, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(1, hkv, length, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    for req in (StatsRequest(rows=False), StatsRequest(rows=True, lookups=True, columns=True)):
+    full = StatsRequest(rows=True, lookups=True, columns=d in T3_DIMS)
+    for req in (StatsRequest(rows=False), full):
         response_attention(q[:, :, -rows:], k, v, request=req, backend="triton")
-    if split:  # the T3 variant with half of its exponentials on the FMA pipes (kernel_table.py)
-        os.environ["FLASHSTATS_T3_SPLIT_EXP"] = "1"
-        response_attention(q[:, :, -rows:], k, v, request=StatsRequest(columns=True), backend="triton")
+    if split_head_dim(d)[1]:  # the padded Base of a split head dim (kernel_table.py's base_pad)
+        os.environ["FLASHSTATS_SPLIT_D"] = "0"
+        response_attention(q[:, :, -rows:], k, v, request=StatsRequest(rows=False), backend="triton")
+        os.environ.pop("FLASHSTATS_SPLIT_D")
     torch.cuda.synchronize()
-    return f"d={d} candidate={index} heads={hq}/{hkv} split={split}: {time.perf_counter() - t0:.1f}s"
+    return f"d={d} candidate={index} heads={hq}/{hkv}: {time.perf_counter() - t0:.1f}s"
 
 
-def precompile(dims: tuple[int, ...] = (128, 64, 256), workers: int = 14, extra: tuple = ()) -> None:
-    """Compile every candidate of the forward and key-major kernels for ``dims`` (bf16), and ``extra`` jobs.
+def precompile(
+    dims: tuple[int, ...] = (128, 64, 256), workers: int = 14, families: tuple[str, ...] = ()
+) -> None:
+    """Compile the tuning candidates of the kernels that ``dims`` and ``families`` need (bf16).
 
-    ``FLASHSTATS_PRECOMPILE_SPLIT=1`` adds the split-exponential T3 variant and the 32/32 heads at d = 96;
-    ``FLASHSTATS_PRECOMPILE_CANDIDATES=1`` compiles tuning candidate 0 only (for pinned benchmarks).
+    Head-dim jobs run first (32 / 8 heads; 16 / 8 too at d = 128), then one job per family and candidate.
     """
-    split = os.environ.get("FLASHSTATS_PRECOMPILE_SPLIT") == "1"
-    candidates = int(os.environ.get("FLASHSTATS_PRECOMPILE_CANDIDATES", "4"))  # 1: candidate 0 only
-    heads = (*HEADS, (32, 32)) if split else HEADS
-    jobs = list(extra) + [
-        (d, i, hq, hkv, split)
-        for d in dims
-        for i in range(candidates)
-        for hq, hkv in heads
-        if d == 128 or hq == 32 and (hkv == 8 or d == 96)
+    candidates = int(os.environ.get("FLASHSTATS_PRECOMPILE_CANDIDATES", "5"))
+    jobs: list[tuple] = [
+        (d, i, hq, hkv) for d in dims for i in range(candidates) for hq, hkv in HEADS if d == 128 or hq == 32
     ]
+    jobs += [("family", name, i) for name in families for i in range(candidates)]
     t0 = time.perf_counter()
     with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         for line in pool.map(_warm, jobs):
-            print(line, flush=True)
+            print(f"{time.perf_counter() - t0:6.1f}s {line}", flush=True)
     print(f"precompiled {len(jobs)} jobs in {time.perf_counter() - t0:.1f}s", flush=True)
 
 
 if __name__ == "__main__":
     args = sys.argv[2:]
-    families = tuple(("family", a.removeprefix("family:")) for a in args if a.startswith("family:"))
+    families = tuple(a.removeprefix("family:") for a in args if a.startswith("family:"))
     dims = tuple(int(a) for a in args if not a.startswith("family:")) or (() if families else (128, 64, 256))
-    precompile(dims, workers=int(sys.argv[1]) if len(sys.argv) > 1 else 14, extra=families)
+    precompile(dims, workers=int(sys.argv[1]) if len(sys.argv) > 1 else 14, families=families)

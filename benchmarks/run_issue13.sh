@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Issue 13 on the device: gpu tests of the new kernel variants while every kernel variant the benchmarks
 # need compiles in parallel, then named benchmarks under time budgets. Logs and results land in $OUT/issue13.
-#   TEST_K="L3000 or fma" bash benchmarks/run_issue13.sh families:120 kernel_table:60
+#   PIN= PRE_JOBS="64 80 96 128 256 family:Qwen3-8B" TEST_K="D80 or D96" \
+#     bash benchmarks/run_issue13.sh kernel_table:75 families:200
+# PIN=N pins every kernel to tuning candidate N (default 0) and precompiles that one candidate; PIN= (empty)
+# autotunes, and the precompile builds every candidate (PRE_CANDIDATES overrides either).
 # FAMILIES_FROM=N skips the first N points of families.py (a second call resumes where the first stopped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +16,8 @@ export PYTHONPATH PYTHONUNBUFFERED=1
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
   date -u +%Y-%m-%dT%H:%M:%SZ; } | tee "$R/environment.txt"
 if [ -n "${PRE_JOBS:-}" ]; then
-  ( cd benchmarks && FLASHSTATS_PRECOMPILE_SPLIT=1 FLASHSTATS_PRECOMPILE_CANDIDATES=${PRE_CANDIDATES:-1} timeout "${PRE_S:-110}" python3 _precompile.py 14 $PRE_JOBS ) > "$R/precompile.log" 2>&1 &
+  cands=${PRE_CANDIDATES:-$([ -z "${PIN-0}" ] && echo 5 || echo 1)}
+  ( cd benchmarks && FLASHSTATS_PRECOMPILE_CANDIDATES=$cands timeout "${PRE_S:-110}" python3 _precompile.py 14 $PRE_JOBS ) > "$R/precompile.log" 2>&1 &
   pre=$!
 fi
 if [ -n "${TEST_K:-}" ]; then

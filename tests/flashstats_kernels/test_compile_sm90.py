@@ -41,7 +41,8 @@ def _compile(fn, constexprs: dict, pointers: dict) -> None:
 
 
 def compile_all() -> None:
-    """Every soft-cap x window x key-mask forward variant (Base at d = 64, T1 at d = 96) and T3 variants."""
+    """Every soft-cap x window x key-mask forward variant (Base at d = 64, T1 at d = 96), the split head
+    dim (d = 80 as 64 + 16, d = 96 as 64 + 32, Base and T1) and T3 variants."""
     from flashstats_kernels.ops.columns.fused import _columns_kernel
     from flashstats_kernels.ops.forward.fused import _fwd_kernel
 
@@ -49,8 +50,13 @@ def compile_all() -> None:
         for rows, d, block_d in ((False, 64, 64), (True, 96, 128)):
             flags = dict(D=d, GROUP=2, HAS_MASK=mask, HAS_SOFTCAP=softcap, HAS_WINDOW=window, ROWS=rows,
                          MMA=0, WHILE=False, VARLEN=False, BLOCK_M=64, BLOCK_N=64,
-                         BLOCK_D=block_d)  # fmt: skip
+                         BLOCK_D=block_d, BLOCK_DT=0)  # fmt: skip
             _compile(_fwd_kernel, flags, FORWARD_POINTERS)
+    for rows, mask, d, tail in ((False, False, 80, 16), (True, True, 96, 32), (True, False, 192, 64)):
+        flags = dict(D=d, GROUP=4, HAS_MASK=mask, HAS_SOFTCAP=mask, HAS_WINDOW=not mask, ROWS=rows, MMA=0,
+                     WHILE=False, VARLEN=False, BLOCK_M=128, BLOCK_N=64, BLOCK_D=d - tail,
+                     BLOCK_DT=tail)  # fmt: skip
+        _compile(_fwd_kernel, flags, FORWARD_POINTERS)
     for split, window in ((False, False), (True, True)):
         flags = dict(D=128, GROUP=4, HAS_MASK=False, HAS_SOFTCAP=window, HAS_WINDOW=window, MMA=0,
                      WHILE=False, VARLEN=False, SPLIT_EXP=split, BLOCK_M=64, BLOCK_N=128,

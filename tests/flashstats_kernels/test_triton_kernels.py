@@ -16,10 +16,10 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from flashstats_kernels.ops._fused import exp2_fma
+from flashstats_kernels.ops._fused import d_class, exp2_fma, pinned_config, tune_configs
 from flashstats_kernels.ops.columns.fused import columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
-from flashstats_kernels.ops.forward.fused import forward_triton
+from flashstats_kernels.ops.forward.fused import forward_triton, split_head_dim, tune_class
 from flashstats_kernels.ops.forward.naive import naive_forward, naive_visibility
 from flashstats_kernels.ops.lookups.fused import lookups_triton
 from flashstats_kernels.ops.lookups.naive import naive_lookups
@@ -234,6 +234,57 @@ def test_base_forward_equals_row_stats_forward(case, poisoned):
     torch.testing.assert_close(lse, lse_t1, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize(
+    ("d", "blocks"),
+    [(64, (64, 0)), (72, (128, 0)), (80, (64, 16)), (96, (64, 32)), (112, (128, 0)), (128, (128, 0)),
+     (40, (64, 0)), (48, (32, 16)), (160, (128, 32)), (192, (128, 64)), (256, (256, 0)), (8, (16, 0))],
+)  # fmt: skip
+def test_split_head_dim_uses_a_narrow_tail_instead_of_padding(d, blocks, monkeypatch):
+    assert split_head_dim(d) == blocks
+    # d = 80 and 96 split out of 128 tune over their own table (register-capped candidates first)
+    assert tune_class(*blocks) == (96 if d in (80, 96) else d_class(max(16, triton.next_power_of_2(d))))
+    monkeypatch.setenv("FLASHSTATS_SPLIT_D", "0")
+    assert split_head_dim(d) == (max(16, triton.next_power_of_2(d)), 0)
+
+
+def test_tuning_candidates_carry_an_optional_register_cap(monkeypatch):
+    table = ((128, 64, 8, 3), (128, 64, 8, 3, 128))
+    assert [c.maxnreg for c in tune_configs(table, ("BLOCK_M", "BLOCK_N"))] == [None, 128]
+    monkeypatch.setenv("FLASHSTATS_CONFIG_INDEX", "1")
+    assert pinned_config(table) == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 64,
+        "num_warps": 8,
+        "num_stages": 3,
+        "maxnreg": 128,
+    }
+    monkeypatch.setenv("FLASHSTATS_CONFIG_INDEX", "0")
+    assert "maxnreg" not in pinned_config(table)
+
+
+SPLIT_CASES = [  # the head dim as a power-of-two head plus a narrow tail
+    Case(1, 4, 2, 70, 150, 80, pad="middle", prompt="batch"),
+    Case(1, 2, 1, 90, 90, 96, softcap=30.0, window=40),
+    Case(2, 2, 2, 33, 100, 160, pad="left", layout="bthd"),
+]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: c.id)
+def test_split_head_dim_matches_fp64_reference_and_the_padded_kernel(case, poisoned, monkeypatch):
+    run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
+    x = make_inputs(case, seed=5)
+    common = {n: x[n] for n in ("key_mask", "prompt_len", "scale", "softcap", "window")}
+    split = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
+    monkeypatch.setenv("FLASHSTATS_SPLIT_D", "0")
+    padded = forward_triton(x["q"], x["k"], x["v"], **common, rows=True)
+    for a, b in zip(split[:2], padded[:2], strict=True):
+        torch.testing.assert_close(a, b, **STAT_TOL[case.dtype])
+    for f in dataclasses.fields(split[2]):
+        torch.testing.assert_close(
+            getattr(split[2], f.name), getattr(padded[2], f.name), **STAT_TOL[case.dtype]
+        )
+
+
 def test_fully_masked_rows_values(poisoned):
     """A row that sees no key: out 0, lse -inf, statistics 0, diag_log = log(eps), no NaN anywhere."""
     x = make_inputs(Case(2, 2, 1, 20, 30, 64, pad="empty"), seed=1)
@@ -275,7 +326,7 @@ GPU_CASES = [
     for dt in (torch.bfloat16, torch.float16, torch.float8_e5m2)
     for d in (64, 128, 256)
 ] + [
-    Case(1, 4, 1, 200, 700, d, torch.bfloat16, pad="left") for d in (80, 96, 112, 192)
+    Case(1, 4, 1, 200, 700, d, torch.bfloat16, pad="left") for d in (72, 80, 96, 112, 160, 192)
 ] + [
     Case(2, 4, 2, 500, 2000, 128, torch.bfloat16, pad="deep", softcap=30.0, window=256, prompt="batch"),
     Case(1, 2, 1, 100, 500, 64, torch.float32, pad="middle", window=100),

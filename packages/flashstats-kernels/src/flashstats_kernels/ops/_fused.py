@@ -21,6 +21,9 @@ from flashstats_kernels._problem import Varlen
 
 _MMA_NATIVE, _MMA_FP16, _MMA_FP32 = 0, 1, 2
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2)
+# How T1's entropy term ignores zero weights (read once, at import; a benchmark switch): ``p * max(u, -200)``
+# (default: one instruction per score) or ``p * where(p > 0, u, 0)`` (``FLASHSTATS_T1_GUARD=select``, two).
+_T1_SELECT = tl.constexpr(os.environ.get("FLASHSTATS_T1_GUARD") == "select")
 
 
 @triton.jit
@@ -76,24 +79,68 @@ def packed_sequence(Seq, i_b):
 
 
 @triton.jit
+def _qk(b_q, p_k0, o_n, m_n, o_d, m_d, skn, skd, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+        MMA: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+    """Raw scores ``<q, k>`` of a key tile: one ``tl.dot``, or a head part plus a tail part (``SPLIT``).
+
+    With ``SPLIT`` the head dim is cut into a power-of-two head (``b_q[0]``, never masked) and a narrow
+    tail (``b_q[1]``, masked unless ``EVEN_D``): two accumulating ``tl.dot`` calls instead of one over
+    zero padding (d = 80 runs 64 + 16 columns, not 128).
+    """
+    if SPLIT:
+        p_kh = p_k0 + o_d[0][:, None] * skd + o_n[None, :] * skn
+        b_s = tl.dot(
+            b_q[0], mma_cast(load_tile(p_kh, m_d[0], m_n, False, MASKED), MMA), input_precision="ieee"
+        )
+        p_kt = p_k0 + o_d[1][:, None] * skd + o_n[None, :] * skn
+        b_kt = mma_cast(load_tile(p_kt, m_d[1], m_n, not EVEN_D, MASKED), MMA)
+        b_s = tl.dot(b_q[1], b_kt, b_s, input_precision="ieee")
+    else:
+        b_kt = mma_cast(
+            load_tile(p_k0 + o_d[:, None] * skd + o_n[None, :] * skn, m_d, m_n, not EVEN_D, MASKED), MMA
+        )
+        b_s = tl.dot(b_q, b_kt, input_precision="ieee")  # [BM, BN]
+    return b_s
+
+
+@triton.jit
+def _pv(b_p, b_acc, alpha, p_v0, o_n, m_n, o_d, m_d, svn, svd, EVEN_D: tl.constexpr, MASKED: tl.constexpr,
+        MMA: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+    """``acc <- alpha acc + P V`` for one key tile (a head and a tail accumulator with ``SPLIT``)."""
+    if SPLIT:
+        p_vh = p_v0 + o_n[:, None] * svn + o_d[0][None, :] * svd
+        b_v = mma_cast(load_tile(p_vh, m_n, m_d[0], MASKED, False), MMA)
+        b_pc = b_p.to(b_v.dtype)
+        b_acc_h = tl.dot(b_pc, b_v, b_acc[0] * alpha[:, None], input_precision="ieee")  # [BM, BDH]
+        p_vt = p_v0 + o_n[:, None] * svn + o_d[1][None, :] * svd
+        b_vt = mma_cast(load_tile(p_vt, m_n, m_d[1], MASKED, not EVEN_D), MMA)
+        b_acc_t = tl.dot(b_pc, b_vt, b_acc[1] * alpha[:, None], input_precision="ieee")  # [BM, BDT]
+        b_acc = (b_acc_h, b_acc_t)
+    else:
+        b_v = mma_cast(
+            load_tile(p_v0 + o_n[:, None] * svn + o_d[None, :] * svd, m_n, m_d, MASKED, not EVEN_D), MMA
+        )
+        b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
+    return b_acc
+
+
+@triton.jit
 def fwd_tile(
     start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, BLOCK_N: tl.constexpr,
+    MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
     """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
 
     ``PM`` says how the tile adds to the prompt mass: 0 no key is a prompt key, 1 every key is, 2 test
     each key. ``COUNT`` counts visible keys (only needed with a key mask; otherwise ``n`` is known).
+    With ``SPLIT``, ``b_q``, ``o_d``, ``m_d`` and ``b_acc`` are (head, tail) pairs (see `_qk`).
     """
     o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
     m_n = o_n < L
-    b_kt = mma_cast(
-        load_tile(p_k0 + o_d[:, None] * skd + o_n[None, :] * skn, m_d, m_n, not EVEN_D, MASKED), MMA
-    )
-    b_s = tl.dot(b_q, b_kt, input_precision="ieee")  # [BM, BN] raw <q, k>
+    b_s = _qk(b_q, p_k0, o_n, m_n, o_d, m_d, skn, skd, EVEN_D, MASKED, MMA, SPLIT)  # [BM, BN] raw <q, k>
     if HAS_SOFTCAP:
         b_s = scores_log2(b_s, scale, softcap, HAS_SOFTCAP)  # log2 units
     if MASKED:
@@ -113,7 +160,12 @@ def fwd_tile(
     b_p = tl.exp2(b_u)  # [BM, BN], 0 where not visible
     b_ps = tl.sum(b_p, 1)
     if ROWS:
-        b_u = tl.where(b_p > 0.0, b_u, 0.0)  # invisible keys and -inf scores: 0 log 0 = 0
+        # invisible keys and -inf scores (p = 0, u = -inf): 0 log 0 = 0. Where p > 0, u >= -150 (exp2
+        # underflows to 0 below it), so clamping u at -200 changes no term and costs one max per score.
+        if _T1_SELECT:
+            b_u = tl.where(b_p > 0.0, b_u, 0.0)
+        else:
+            b_u = tl.maximum(b_u, -200.0)
         b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
         b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
         if PM == 0:
@@ -125,10 +177,7 @@ def fwd_tile(
         if COUNT:
             b_n += tl.sum(vis.to(tl.int32), 1)
     b_l = alpha * b_l + b_ps
-    b_v = mma_cast(
-        load_tile(p_v0 + o_n[:, None] * svn + o_d[None, :] * svd, m_n, m_d, MASKED, not EVEN_D), MMA
-    )
-    b_acc = tl.dot(b_p.to(b_v.dtype), b_v, b_acc * alpha[:, None], input_precision="ieee")
+    b_acc = _pv(b_p, b_acc, alpha, p_v0, o_n, m_n, o_d, m_d, svn, svd, EVEN_D, MASKED, MMA, SPLIT)
     return b_mx_new, b_l, b_acc, b_a, b_q2, b_pm, b_n
 
 
@@ -138,7 +187,7 @@ def fwd_range(
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
+    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
     """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
@@ -147,7 +196,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
             )  # fmt: skip
             start_n += BLOCK_N
     else:
@@ -155,7 +204,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
 
@@ -387,23 +436,36 @@ def d_class(block_d: int) -> int:
 TUNE_KEY = ["BLOCK_D", "size_class", "HAS_MASK", "HAS_SOFTCAP", "HAS_WINDOW", "MMA", "VARLEN"]
 
 
-def tune_configs(table: tuple[tuple[int, int, int, int], ...], names: tuple[str, str]) -> list[triton.Config]:
-    return [triton.Config({names[0]: a, names[1]: b}, num_warps=w, num_stages=st) for a, b, w, st in table]
+def tune_configs(table: tuple[tuple[int, ...], ...], names: tuple[str, str]) -> list[triton.Config]:
+    """Autotuning configs from ``(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])`` candidates."""
+    return [
+        triton.Config(
+            {names[0]: c[0], names[1]: c[1]},
+            num_warps=c[2],
+            num_stages=c[3],
+            maxnreg=c[4] if len(c) > 4 else None,
+        )
+        for c in table
+    ]
 
 
-def pinned_config(table: tuple[tuple[int, int, int, int], ...]) -> dict[str, int] | None:
+def pinned_config(table: tuple[tuple[int, ...], ...]) -> dict[str, int] | None:
     """The candidate that ``FLASHSTATS_CONFIG_INDEX`` pins (read at call time), or None to autotune.
 
     Pinning skips the tuning benchmarks: the GPU tests pin candidate 0, and the benchmarks' parallel
-    pre-compilation pins each candidate in turn to fill Triton's on-disk cache.
+    pre-compilation pins each candidate in turn to fill Triton's on-disk cache. A candidate's optional
+    fifth entry caps the registers per thread (``maxnreg``).
     """
     index = os.environ.get("FLASHSTATS_CONFIG_INDEX")
     if index is None or index == "":
         return None
     if not index.isdigit():
         raise ValueError(f"FLASHSTATS_CONFIG_INDEX must be a non-negative integer, got {index!r}")
-    bm, bn, warps, stages = table[min(int(index), len(table) - 1)]
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+    c = table[min(int(index), len(table) - 1)]
+    cfg = {"BLOCK_M": c[0], "BLOCK_N": c[1], "num_warps": c[2], "num_stages": c[3]}
+    if len(c) > 4:
+        cfg["maxnreg"] = c[4]
+    return cfg
 
 
 def launch_sequences(

@@ -20,6 +20,7 @@ with the T2, T3 and decoding kernels.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -49,7 +50,7 @@ def _fwd_inner(
     lo, hi, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
     """Unmasked key tiles ``lo <= j < hi``: every key visible to every row of the tile.
 
@@ -64,22 +65,29 @@ def _fwd_inner(
         pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
         st = fwd_range(
             lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
         st = fwd_range(
             pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
         st = fwd_range(
             pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
     else:
         st = fwd_range(
             lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
     return st
+
+
+@triton.jit
+def _store_out(p_o, b_acc, b_ls, b_nan, o_d, m_m, m_d, sod):
+    """Store ``acc / l`` (NaN rows stay NaN) at the rows ``p_o [BM, 1]`` and head-dim columns ``o_d``."""
+    b_o = b_acc / b_ls[:, None] + b_nan[:, None]  # [BM, BD]
+    tl.store(p_o + o_d[None, :] * sod, b_o.to(p_o.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
 
 
 @triton.jit(do_not_specialize=["R", "L", "window", "stat_stride", "size_class"])
@@ -90,7 +98,10 @@ def _fwd_kernel(
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
     VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DT: tl.constexpr,
 ):  # fmt: skip
+    # BLOCK_DT > 0: the head dim runs as a BLOCK_D-wide head plus a BLOCK_DT-wide tail (`ops._fused._qk`)
+    SPLIT: tl.constexpr = BLOCK_DT > 0
     i_m = tl.program_id(0)
     i_bh = tl.program_id(1).to(tl.int64)
     i_b = i_bh // Hq  # batch element (VARLEN: packed sequence)
@@ -105,13 +116,20 @@ def _fwd_kernel(
         if i_m * BLOCK_M >= R:
             return
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
-    o_d = tl.arange(0, BLOCK_D)  # [BD]
     m_m = o_m < R
-    m_d = o_d < D
-    EVEN_D: tl.constexpr = D == BLOCK_D
+    EVEN_D: tl.constexpr = D == BLOCK_D + BLOCK_DT  # (the tail's columns when split)
     pos_q = L - R + o_m  # [BM] positions of the rows in their sequence
-    p_q = Q + i_t * sqb + i_h * sqh + (q0 + o_m[:, None]) * sqm + o_d[None, :] * sqd
-    b_q = mma_cast(load_tile(p_q, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
+    p_q = Q + i_t * sqb + i_h * sqh + (q0 + o_m[:, None]) * sqm  # [BM, 1]
+    o_d = tl.arange(0, BLOCK_D)  # [BD] (the head's columns when split)
+    m_d = o_d < D
+    b_q = mma_cast(load_tile(p_q + o_d[None, :] * sqd, m_m, m_d, True, not EVEN_D), MMA)  # [BM, BD]
+    b_acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if SPLIT:  # (head, tail) pairs: [BM, BD] + [BM, BDT]
+        o_dt = BLOCK_D + tl.arange(0, BLOCK_DT)  # [BDT]
+        m_dt = o_dt < D
+        b_qt = mma_cast(load_tile(p_q + o_dt[None, :] * sqd, m_m, m_dt, True, not EVEN_D), MMA)
+        b_q, o_d, m_d = (b_q, b_qt), (o_d, o_dt), (m_d, m_dt)
+        b_acc = (b_acc, tl.zeros([BLOCK_M, BLOCK_DT], tl.float32))
     p_k0 = K + i_t * skb + (i_h // GROUP) * skh + k0 * skn
     p_v0 = V + i_t * svb + (i_h // GROUP) * svh + k0 * svn
     p_km = KeyMask + i_t * smb + k0
@@ -120,7 +138,6 @@ def _fwd_kernel(
 
     b_mx = tl.full([BLOCK_M], -1.0e30, tl.float32)  # running max (log2 units); finite: no -inf - -inf
     b_l = tl.zeros([BLOCK_M], tl.float32)
-    b_acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     b_a = tl.zeros([BLOCK_M], tl.float32)
     b_q2 = tl.zeros([BLOCK_M], tl.float32)
     b_pm = tl.zeros([BLOCK_M], tl.float32)
@@ -136,7 +153,7 @@ def _fwd_kernel(
     if HAS_MASK:  # every tile tests visibility
         st = fwd_range(
             lo, hi, *args, *st, True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
     else:  # only the window's lower edge and the diagonal tiles need a mask; interior tiles run unmasked
         mid = (first + 1) // BLOCK_N * BLOCK_N  # key tiles below it are at or before every row
@@ -146,14 +163,26 @@ def _fwd_kernel(
             inner = tl.minimum(tl.maximum((edge + BLOCK_N - 1) // BLOCK_N * BLOCK_N, lo), mid)
             st = fwd_range(
                 lo, inner, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
-                WHILE, BLOCK_N,
+                WHILE, BLOCK_N, SPLIT,
             )  # fmt: skip
         st = _fwd_inner(
-            inner, mid, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N
+            inner,
+            mid,
+            *args,
+            *st,
+            EVEN_D,
+            HAS_MASK,
+            HAS_SOFTCAP,
+            HAS_WINDOW,
+            ROWS,
+            MMA,
+            WHILE,
+            BLOCK_N,
+            SPLIT,
         )
         st = fwd_range(
             mid, hi, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N,
+            BLOCK_N, SPLIT,
         )  # fmt: skip
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
 
@@ -161,9 +190,12 @@ def _fwd_kernel(
     b_ls = tl.where(has, b_l, 1.0)
     # l is NaN iff a visible score was NaN or +inf: such a row is NaN everywhere (SEMANTICS.md)
     b_nan = tl.where(b_l != b_l, float("nan"), 0.0)  # [BM]
-    b_o = b_acc / b_ls[:, None] + b_nan[:, None]  # [BM, BD]
-    p_o = Out + i_t * sob + i_h * soh + (q0 + o_m[:, None]) * som + o_d[None, :] * sod
-    tl.store(p_o, b_o.to(Out.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
+    p_o = Out + i_t * sob + i_h * soh + (q0 + o_m[:, None]) * som  # [BM, 1]
+    if SPLIT:
+        _store_out(p_o, b_acc[0], b_ls, b_nan, o_d[0], m_m, m_d[0], sod)
+        _store_out(p_o, b_acc[1], b_ls, b_nan, o_d[1], m_m, m_d[1], sod)
+    else:
+        _store_out(p_o, b_acc, b_ls, b_nan, o_d, m_m, m_d, sod)
     o_row = o_row0 + o_m  # [BM] offsets into [B, Hq, R]
     b_lse = tl.where(has, (b_mx + tl.log2(b_ls)) * 0.6931471805599453, float("-inf")) + b_nan
     tl.store(Lse + o_row, b_lse, mask=m_m)
@@ -190,7 +222,12 @@ def _fwd_kernel(
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates per head-dim class: a short list each, so that
 # tuning one new key costs a few compilations and benchmarks.
 _FORWARD_TABLES = {
-    64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2)),
+    # the fifth d = 64 candidate caps T1 at 128 registers (2 CTAs per SM, no spills): T1 / Base 1.32 ->
+    # 1.24-1.26 at 16K-32K, r = 0.3 (benchmarks/results/t1_registers.csv); Base already fits in 128
+    64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 3, 128)),
+    # split head dims 80 = 64 + 16 and 96 = 64 + 32: capped at 128 registers (2 CTAs per SM), Base runs
+    # 1.39-1.64x SDPA-FA2 against 1.18-1.27x uncapped at 16K-32K, r = 0.3 (benchmarks/results/split_tiles.csv)
+    96: ((128, 64, 8, 3, 128), (128, 64, 8, 2, 128), (128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2)),
     128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
     256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
 }
@@ -200,10 +237,39 @@ _FORWARD_TABLES = {
 def _tuned_forward(d_class: int):
     """The forward kernel autotuned over the candidates of one head-dim class (built on first use)."""
     configs = tune_configs(_FORWARD_TABLES[d_class], ("BLOCK_M", "BLOCK_N"))
-    return triton.autotune(configs, key=[*TUNE_KEY, "ROWS"])(_fwd_kernel)
+    return triton.autotune(configs, key=[*TUNE_KEY, "ROWS", "BLOCK_DT"])(_fwd_kernel)
 
 
-def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
+def split_head_dim(d: int) -> tuple[int, int]:
+    """``(BLOCK_D, BLOCK_DT)`` of the forward: the head dim as one padded block, or a head plus a tail.
+
+    A head dim that is a power of two plus a narrower power of two (>= 16, ``tl.dot``'s minimum) runs as
+    those two blocks instead of one zero-padded block: d = 80 is 64 + 16 and d = 96 is 64 + 32 (not 128),
+    d = 160 is 128 + 32, d = 192 is 128 + 64. Other head dims (72, 112, ...) stay padded: a split with a
+    masked tail passed on the interpreter but gave wrong outputs on the H200 at d = 72 (2026-12-01).
+    ``FLASHSTATS_SPLIT_D=0`` (read at call time) turns the split off, to compare the two.
+
+    Args:
+        d: head dim, 1 to 256.
+
+    Returns:
+        ``(block_d, 0)`` for one padded block, or ``(head, tail)`` with ``head + tail == d``.
+    """
+    padded = max(16, triton.next_power_of_2(d))
+    head = padded // 2
+    tail = d - head
+    exact = head >= 16 and tail >= 16 and tail == triton.next_power_of_2(tail)
+    if not exact or tail == head or os.environ.get("FLASHSTATS_SPLIT_D") == "0":
+        return padded, 0
+    return head, tail
+
+
+def tune_class(block_d: int, block_dt: int) -> int:
+    """Tuning table of a forward launch: the head-dim class, or 96 for a head dim split out of 128."""
+    return 96 if block_dt and block_d + block_dt <= 128 and block_d >= 64 else d_class(block_d + block_dt)
+
+
+def forward_config(dtype: torch.dtype, block_d: int, table: int | None = None) -> dict[str, int] | None:
     """Fixed tile sizes of the forward, or None when the kernel is autotuned (CUDA, 16-bit inputs).
 
     The interpreter runs one small config; fp32 and fp8-e5m2 inputs (fp32 or fp16 dot operands) run a
@@ -216,7 +282,7 @@ def forward_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
     if dtype == torch.float8_e5m2:
         return {"BLOCK_M": 64 if block_d > 128 else 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    return pinned_config(_FORWARD_TABLES[d_class(block_d)])
+    return pinned_config(_FORWARD_TABLES[d_class(block_d) if table is None else table])
 
 
 def forward_triton(
@@ -269,16 +335,18 @@ def forward_triton(
             lse.fill_(float("-inf"))
     seq, n_seq, extent = launch_sequences(g, varlen)
     if out.numel() > 0 and n_seq > 0:
-        cfg = forward_config(q.dtype, g.block_d)
-        kernel = _fwd_kernel if cfg is not None else _tuned_forward(d_class(g.block_d))
+        block_d, block_dt = split_head_dim(g.D)
+        table = tune_class(block_d, block_dt)
+        cfg = forward_config(q.dtype, g.block_d, table)
+        kernel = _fwd_kernel if cfg is not None else _tuned_forward(table)
         grid = lambda meta: (triton.cdiv(extent, meta["BLOCK_M"]), n_seq * g.Hq)  # noqa: E731
         kernel[grid](
             q, k, v, out, lse, stats, g.key_mask, prompt_len.contiguous(), seq,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), g.mask_stride,
             g.Hq, g.R, g.L, float(scale), g.softcap, g.window, stats.stride(0), size_class(g.B * g.Hq * g.R),
             D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-            ROWS=rows, MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, BLOCK_D=g.block_d,
-            **(cfg or {}),
+            ROWS=rows, MMA=g.mma, WHILE=interpreting(), VARLEN=varlen is not None, BLOCK_D=block_d,
+            BLOCK_DT=block_dt, **(cfg or {}),
         )  # fmt: skip
     if not rows:
         return out, lse, None
