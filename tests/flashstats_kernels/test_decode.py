@@ -103,8 +103,28 @@ def _run(case: Case, backend: str, seed: int = 0, splits=None):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_decode_matches_fp64_reference(case, backend, poisoned):
-    q, k, v, opts, sinks = _inputs(case)
     res, state = _run(case, backend)
+    _assert_matches_reference(case, res, state)
+
+
+@pytest.mark.parametrize("case", [CASES[3], CASES[4], CASES[7]], ids=lambda c: c.id)
+def test_many_rows_run_in_row_chunks_with_the_same_result(case, poisoned, monkeypatch):
+    """A call whose T3 scratch scores exceed the bound runs in row chunks (here of 2 rows): same result."""
+    from flashstats_kernels.ops.decode import fused
+
+    monkeypatch.setattr(fused, "SCORE_ELEMENTS", 2 * case.B * case.Hq * case.Lc + 1)
+    launches = []
+    real = fused._decode_launch
+    monkeypatch.setattr(
+        fused, "_decode_launch", lambda q, *a, **kw: launches.append(q.shape[2]) or real(q, *a, **kw)
+    )
+    res, state = _run(case, "triton")
+    assert launches == [2] * (case.R // 2) + [1] * (case.R % 2)
+    _assert_matches_reference(case, res, state)
+
+
+def _assert_matches_reference(case: Case, res, state: ColumnState) -> None:
+    q, k, v, opts, sinks = _inputs(case)
     ref, col_sum, col_count = naive_decode(
         q, k, v, kv_len=case.kv, key_mask=opts["key_mask"], prompt_len=opts["prompt_len"],
         scale=case.D**-0.5, softcap=case.softcap, window=case.window, sink_positions=sinks, diag_eps=1e-30,
