@@ -21,7 +21,7 @@ COLUMN_POINTERS = dict(Q="*bf16", K="*bf16", Lse="*fp32", Sum="*fp32", Mean="*fp
 DECODE_POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Part="*fp32", Acc="*fp32", Lse="*fp32",
                        Stats="*fp32", Diag="*fp32", Prev="*fp32", Sinks="*fp32", SinkPos="*i64", Sum="*fp32",
                        Count="*fp32", KeyMask="*u8", PromptLen="*i64", KvLen="*i64",
-                       Scores="*fp32")  # fmt: skip
+                       Scores="*fp32", Start="*i64")  # fmt: skip
 
 
 def _compile(fn, constexprs: dict, pointers: dict) -> None:
@@ -77,7 +77,7 @@ def compile_decode() -> None:
         for scores in {special, True}:  # the score store of T3 with and without the soft cap
             split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
             _compile(fused._split_kernel, split, DECODE_POINTERS)
-        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, BLOCK_M=16),
+        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16),
                  DECODE_POINTERS)  # fmt: skip
         _compile(fused._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
                  DECODE_POINTERS)  # fmt: skip

@@ -40,7 +40,7 @@ from flashstats_kernels.ops._fused import (
     lookup,
     mma_cast,
 )
-from flashstats_kernels.state import ColumnState
+from flashstats_kernels.state import ColumnState, RowTargets
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -137,12 +137,13 @@ def _merge_one(st, Part, Acc, n_slot, o_p, o_d, BLOCK_D: tl.constexpr):
 
 @triton.jit(do_not_specialize=["R", "window", "S", "splits"])
 def _merge_kernel(
-    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen,
+    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen, Start,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
-    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride, splits,
+    stf, stb, sth, sta, sdb, sdh, sda, svb, svh, sva, ssb, ssh, ssa, sss,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, splits,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
-    WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_START: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_bk = tl.program_id(0).to(tl.int64)
     i_rb = tl.program_id(1)
@@ -181,16 +182,20 @@ def _merge_kernel(
     o_row = (i_b * Hq + i_h) * R + o_r  # [BM] offsets into [B, Hq, R]
     b_lse2 = tl.where(has, b_mx + tl.log2(b_ls), float("-inf")) + b_nan
     tl.store(Lse + o_row, b_lse2 * _LN2, mask=m_m)
+    o_a = o_r.to(tl.int64)  # [BM] slot of each row in the per-row outputs (RowTargets)
+    if HAS_START:
+        o_a += tl.load(Start)
     if ROWS:
+        p_t = Stats + i_b * stb + i_h * sth + o_a * sta  # [BM]
         b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * _LN2, 0.0) + b_nan
-        tl.store(Stats + o_row, b_ent, mask=m_m)
+        tl.store(p_t, b_ent, mask=m_m)
         b_nf = tl.maximum(b_n, 2.0)
         b_norm = tl.where(b_n > 1.0, b_ent / tl.log(b_nf), 0.0) + b_nan
-        tl.store(Stats + stat_stride + o_row, b_norm, mask=m_m)
-        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls + b_nan, mask=m_m)
-        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
+        tl.store(p_t + stf, b_norm, mask=m_m)
+        tl.store(p_t + 2 * stf, b_pm / b_ls + b_nan, mask=m_m)
+        tl.store(p_t + 3 * stf, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
         b_q2s = tl.where(has, b_q2, 1.0)
-        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
+        tl.store(p_t + 4 * stf, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
     if LOOKUPS:
         p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
         b_q = tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0).to(tl.float32)
@@ -199,17 +204,18 @@ def _merge_kernel(
         plen = tl.load(PromptLen + i_b)
         args = (kv_len, skn, skd, o_d, m_d, scale, softcap, window)
         b_d = lookup(b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
-        tl.store(Diag + o_row, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
+        tl.store(Diag + i_b * sdb + i_h * sdh + o_a * sda, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
         b_pv = lookup(
             b_q, p_k0, p_km, pos_q - 1, pos_q, m_m & (pos_q > plen), b_lse2, *args,
             HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
         )  # fmt: skip
-        tl.store(Prev + o_row, tl.exp2(b_pv), mask=m_m)
+        tl.store(Prev + i_b * svb + i_h * svh + o_a * sva, tl.exp2(b_pv), mask=m_m)
+        p_sk = Sinks + i_b * ssb + i_h * ssh + o_a * ssa  # [BM]
         i_s = 0
         while i_s < S:
             pos_k = tl.zeros_like(pos_q) + tl.load(SinkPos + i_b * spb + i_s)
             b_w = lookup(b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
-            tl.store(Sinks + o_row * S + i_s, tl.exp2(b_w), mask=m_m)
+            tl.store(p_sk + i_s * sss, tl.exp2(b_w), mask=m_m)
             i_s += 1
 
 
@@ -296,6 +302,7 @@ def decode_triton(
     *,
     kv_len: torch.Tensor,
     columns: ColumnState | None,
+    targets: RowTargets | None = None,
     **options: Any,
 ) -> AttentionResult:
     """One decoding step, split-K over the cache (arguments of [`flashstats_kernels.decode_attention`][]).
@@ -307,13 +314,15 @@ def decode_triton(
     b, hq, r = q.shape[0], q.shape[1], q.shape[2]
     per = max(1, SCORE_ELEMENTS // max(1, b * hq * k.shape[2])) if columns is not None else r
     if r <= per:
-        return _decode_launch(q, k, v, kv_len=kv_len, columns=columns, **options)
+        return _decode_launch(q, k, v, kv_len=kv_len, columns=columns, targets=targets, **options)
     parts = [
         _decode_launch(
-            q[:, :, i : i + per], k, v, kv_len=kv_len - (r - min(i + per, r)), columns=columns, **options
+            q[:, :, i : i + per], k, v, kv_len=kv_len - (r - min(i + per, r)), columns=columns,
+            targets=None if targets is None else dataclasses.replace(targets, start=targets.start + i),
+            **options,
         )
         for i in range(0, r, per)
-    ]
+    ]  # fmt: skip
     res = AttentionResult(out=torch.cat([p.out for p in parts], 2), lse=torch.cat([p.lse for p in parts], 2))
     if parts[0].rows is not None:
         res.rows = cast(RowStats, _cat_rows([p.rows for p in parts]))
@@ -338,6 +347,7 @@ def _decode_launch(
     diag_eps: float,
     columns: ColumnState | None,
     splits: int | None = None,
+    targets: RowTargets | None = None,
 ) -> AttentionResult:
     """The three launches of one decoding call (split, merge, columns) for all of its rows.
 
@@ -356,9 +366,11 @@ def _decode_launch(
         diag_eps: clamp of ``diag_log``.
         columns: running column state ``[B, Hq, Lc]`` updated in place, or None (skip T3).
         splits: key splits (None: `default_splits`).
+        targets: write T1 and T2 into these slots instead of new tensors (see `RowTargets`).
 
     Returns:
-        AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked.
+        AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked (None when
+        written into ``targets``).
     """
     q, scale = fold_scale_sign(q, scale)
     g = launch_geometry(q, k, key_mask, softcap, window)
@@ -372,11 +384,8 @@ def _decode_launch(
     acc = torch.empty(bkv * n_rb * n_split * bm, g.block_d, dtype=torch.float32, device=dev)
     out = torch.empty(g.B, g.Hq, g.R, g.D, dtype=q.dtype, device=dev)
     lse = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
-    stats = torch.empty(5 if rows else 1, g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
     n_sinks = 0 if sink_positions is None else sink_positions.shape[1]
-    diag = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
-    prev = torch.empty_like(diag)
-    sinks = torch.empty(g.B, g.Hq, g.R, max(n_sinks, 1), dtype=torch.float32, device=dev)
+    stats, diag, prev, sinks, start = _row_outputs(g.B, g.Hq, g.R, n_sinks, rows, targets, lse)
     pos = diag if sink_positions is None else sink_positions.to(dev, torch.int64).contiguous()
     plen = prompt_len.contiguous()
     kvl = kv_len.reshape(1)
@@ -393,10 +402,12 @@ def _decode_launch(
         ROWS=rows, SCORES=columns is not None, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
     )  # fmt: skip
     _merge_kernel[(bkv, n_rb)](
-        q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl,
+        q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl, start,
         *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
+        *stats.stride(), *diag.stride(), *prev.stride(), *sinks.stride(),
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
-        g.B * g.Hq * g.R, n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
+        n_split, ROWS=rows, LOOKUPS=sink_positions is not None, HAS_START=targets is not None, BLOCK_M=bm,
+        **flags,
     )  # fmt: skip
     if columns is not None:
         _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
@@ -406,11 +417,33 @@ def _decode_launch(
             num_warps=cfg["num_warps"],
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
-    if rows:
+    if rows and targets is None:
         result.rows = RowStats(*stats.unbind(0))
-    if sink_positions is not None:
+    if sink_positions is not None and targets is None:
         result.lookups = LookupStats(diag_log=diag, prev_weight=prev, sink_weights=sinks[..., :n_sinks])
     return result
+
+
+def _row_outputs(
+    b: int, hq: int, r: int, n_sinks: int, rows: bool, targets: RowTargets | None, lse: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """``(stats, diag, prev, sinks, start)``: the buffers the merge kernel writes the per-row outputs to.
+
+    New ``[.., B, Hq, R, ..]`` tensors, or the caller's targets (a dummy for the unused ones; ``start``
+    is a dummy without targets).
+    """
+    dev = lse.device
+    if targets is None:
+        stats = torch.empty(5 if rows else 1, b, hq, r, dtype=torch.float32, device=dev)
+        diag = torch.empty(b, hq, r, dtype=torch.float32, device=dev)
+        sinks = torch.empty(b, hq, r, max(n_sinks, 1), dtype=torch.float32, device=dev)
+        return stats, diag, torch.empty_like(diag), sinks, lse
+    dummy = lse.new_empty(1, 1, 1, 1)
+    stats = targets.rows if targets.rows is not None else dummy
+    diag = targets.diag_log if targets.diag_log is not None else dummy[0]
+    prev = targets.prev_weight if targets.prev_weight is not None else dummy[0]
+    sinks = targets.sink_weights if targets.sink_weights is not None else dummy
+    return stats, diag, prev, sinks, targets.start
 
 
 __all__ = ["SCORE_ELEMENTS", "decode_triton", "default_splits"]
