@@ -252,3 +252,18 @@ def test_captured_decode_steps_equal_record_forward(helpers, kind, q, dtype):
     for a, b in zip(logits, eager_logits, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert_same_stats(got, eager, TOL, TOL)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma2", "qwen3_sliding"])
+def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kind):
+    """The recorder on the split-K Triton kernels (interpreted on the CPU): statistics written into the
+    answer slots in place, the running columns from the split kernel's scores."""
+    model, _ = helpers.tiny_models(kind)
+    ids, mask, _ = helpers.padded_batch([15, 11], [6, 6])
+    prompt = 9
+    rec = CachedRecorder(model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN, backend="triton")
+    with rec:
+        rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+        for at, n in ((prompt, 1), (prompt + 1, 3), (prompt + 4, 2)):
+            rec.feed(ids[:, at : at + n])
+    assert_same_stats(rec.stats(), _reference(model, ids, mask, prompt))

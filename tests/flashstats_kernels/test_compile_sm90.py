@@ -20,7 +20,8 @@ COLUMN_POINTERS = dict(Q="*bf16", K="*bf16", Lse="*fp32", Sum="*fp32", Mean="*fp
                        PromptLen="*i64", Seq="*i64")  # fmt: skip
 DECODE_POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Part="*fp32", Acc="*fp32", Lse="*fp32",
                        Stats="*fp32", Diag="*fp32", Prev="*fp32", Sinks="*fp32", SinkPos="*i64", Sum="*fp32",
-                       Count="*fp32", KeyMask="*u8", PromptLen="*i64", KvLen="*i64")  # fmt: skip
+                       Count="*fp32", KeyMask="*u8", PromptLen="*i64", KvLen="*i64",
+                       Scores="*fp32", Start="*i64")  # fmt: skip
 
 
 def _compile(fn, constexprs: dict, pointers: dict) -> None:
@@ -66,17 +67,20 @@ def compile_all() -> None:
 
 
 def compile_decode() -> None:
-    """The decoding kernels (split, merge with lookups, running columns), soft-cap/window on and off."""
+    """The decoding kernels (split with and without the score store, merge with lookups, running columns),
+    soft-cap/window on and off."""
     from flashstats_kernels.ops.decode import fused
 
     for special in (False, True):
         flags = dict(D=64, GROUP=3, HAS_MASK=special, HAS_SOFTCAP=special, HAS_WINDOW=special, WHILE=False,
                      BLOCK_D=64)  # fmt: skip
-        _compile(fused._split_kernel, dict(flags, ROWS=True, MMA=0, BLOCK_M=16, BLOCK_N=64),
+        for scores in {special, True}:  # the score store of T3 with and without the soft cap
+            split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
+            _compile(fused._split_kernel, split, DECODE_POINTERS)
+        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16),
                  DECODE_POINTERS)  # fmt: skip
-        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, BLOCK_M=16),
+        _compile(fused._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
                  DECODE_POINTERS)  # fmt: skip
-        _compile(fused._columns_kernel, dict(flags, MMA=0, BLOCK_M=16, BLOCK_N=64), DECODE_POINTERS)
 
 
 def test_kernel_variants_compile_for_sm90():

@@ -12,6 +12,7 @@ import pytest
 import torch
 from flashstats_kernels import (
     ColumnState,
+    RowTargets,
     StatsRequest,
     decode_attention,
     response_attention,
@@ -103,8 +104,28 @@ def _run(case: Case, backend: str, seed: int = 0, splits=None):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_decode_matches_fp64_reference(case, backend, poisoned):
-    q, k, v, opts, sinks = _inputs(case)
     res, state = _run(case, backend)
+    _assert_matches_reference(case, res, state)
+
+
+@pytest.mark.parametrize("case", [CASES[3], CASES[4], CASES[7]], ids=lambda c: c.id)
+def test_many_rows_run_in_row_chunks_with_the_same_result(case, poisoned, monkeypatch):
+    """A call whose T3 scratch scores exceed the bound runs in row chunks (here of 2 rows): same result."""
+    from flashstats_kernels.ops.decode import fused
+
+    monkeypatch.setattr(fused, "SCORE_ELEMENTS", 2 * case.B * case.Hq * case.Lc + 1)
+    launches = []
+    real = fused._decode_launch
+    monkeypatch.setattr(
+        fused, "_decode_launch", lambda q, *a, **kw: launches.append(q.shape[2]) or real(q, *a, **kw)
+    )
+    res, state = _run(case, "triton")
+    assert launches == [2] * (case.R // 2) + [1] * (case.R % 2)
+    _assert_matches_reference(case, res, state)
+
+
+def _assert_matches_reference(case: Case, res, state: ColumnState) -> None:
+    q, k, v, opts, sinks = _inputs(case)
     ref, col_sum, col_count = naive_decode(
         q, k, v, kv_len=case.kv, key_mask=opts["key_mask"], prompt_len=opts["prompt_len"],
         scale=case.D**-0.5, softcap=case.softcap, window=case.window, sink_positions=sinks, diag_eps=1e-30,
@@ -180,6 +201,53 @@ def test_stream_of_steps_equals_one_response_forward(backend, chunks, poisoned):
     torch.testing.assert_close(stats.mean[..., :total], cols.mean, **TOL)
     assert not stats.sum[..., total:].any()
     assert rows == parts[-1].lse.shape[2] + sum(chunks[:-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", [CASES[2], CASES[3], CASES[7]], ids=lambda c: c.id)
+def test_rows_written_into_target_slots_equal_the_returned_ones(case, backend, poisoned, monkeypatch):
+    """RowTargets: T1 and T2 land in slots start..start+R-1 of strided layer views, nothing else changes."""
+    from flashstats_kernels.ops.decode import fused
+
+    monkeypatch.setattr(fused, "SCORE_ELEMENTS", 4 * case.B * case.Hq * case.Lc)  # row chunks too
+    res, _ = _run(case, backend)
+    q, k, v, opts, sinks = _inputs(case)
+    a, at, layer = case.R + 9, 5, 1
+    rows = torch.full((5, case.B, 3, case.Hq, a), -7.0)
+    diag_prev = torch.full((2, case.B, 3, case.Hq, a), -7.0)
+    sink_buf = torch.full((case.B, 3, case.Hq, a, sinks.shape[1]), -7.0)
+    targets = RowTargets(
+        start=torch.tensor([at]), rows=rows[:, :, layer], diag_log=diag_prev[0, :, layer],
+        prev_weight=diag_prev[1, :, layer], sink_weights=sink_buf[:, layer],
+    )  # fmt: skip
+    request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=sinks)
+    state = ColumnState.zeros(case.B, case.Hq, case.Lc, "cpu")
+    got = decode_attention(
+        q, k, v, kv_len=case.kv, request=request, column_state=state, backend=backend, splits=case.splits,
+        targets=targets, **opts,
+    )  # fmt: skip
+    assert got.rows is None and got.lookups is None
+    torch.testing.assert_close(got.lse, res.lse, atol=0, rtol=0)
+    sl = slice(at, at + case.R)
+    for i, name in enumerate(ROW_FIELDS):
+        torch.testing.assert_close(rows[i, :, layer, :, sl], getattr(res.rows, name), atol=0, rtol=0)
+    torch.testing.assert_close(diag_prev[0, :, layer, :, sl], res.lookups.diag_log, atol=0, rtol=0)
+    torch.testing.assert_close(diag_prev[1, :, layer, :, sl], res.lookups.prev_weight, atol=0, rtol=0)
+    torch.testing.assert_close(sink_buf[:, layer, :, sl], res.lookups.sink_weights, atol=0, rtol=0)
+    for buf in (rows, diag_prev, sink_buf.movedim(-1, 0)):  # every other slot untouched
+        written = torch.zeros(buf.shape, dtype=torch.bool)
+        written[..., layer, :, sl] = True
+        assert (buf[~written] == -7.0).all()
+    shape = rf"\[{case.B}, {case.Hq}, 'A', 'S'\]"
+    with pytest.raises(ValueError, match=rf"targets.sink_weights must be a float32 tensor {shape}"):
+        decode_attention(
+            q, k, v, kv_len=case.kv, request=request, column_state=state, backend=backend,
+            targets=dataclasses.replace(targets, sink_weights=None), **opts,
+        )  # fmt: skip
+    with pytest.raises(TypeError, match=r"targets.start must be a \[1\] int64 tensor"):
+        decode_attention(
+            q, k, v, kv_len=case.kv, backend=backend, targets=dataclasses.replace(targets, start=at)
+        )
 
 
 def test_device_tensor_kv_len_needs_prompt_len():

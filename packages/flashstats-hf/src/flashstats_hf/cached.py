@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from flashstats_kernels import ColumnState, LookupStats, RowStats, StatsRequest, decode_attention
+from flashstats_kernels import (
+    ColumnState,
+    LookupStats,
+    RowStats,
+    RowTargets,
+    StatsRequest,
+    decode_attention,
+)
 
 from flashstats_hf._recorder import _ACTIVE, activate, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
@@ -34,8 +41,6 @@ from flashstats_hf.types import ForwardStats
 
 if TYPE_CHECKING:
     from transformers import Cache, PretrainedConfig
-
-_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RowStats))
 
 
 @dataclass
@@ -385,7 +390,7 @@ class CachedRecorder:
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
     def _score_rows(self, layer_idx, query, key, value, keep, offset, static_full, **opts) -> torch.Tensor:
-        """The answer rows of one layer: kernel call, then the statistics written into their slots."""
+        """The answer rows of one layer: one kernel call that writes the statistics into their slots."""
         c, bf = self._now, self._bufs
         li = self.layers.index(layer_idx)
         lk = key.shape[2]
@@ -394,22 +399,19 @@ class CachedRecorder:
         request = self._request_at(offset)
         # valid keys as a device tensor: a host int would be copied to the device in every layer
         kv_len = c.kv_len if static_full or offset == 0 else torch.full_like(c.kv_len, c.total - offset)
+        lookups = request.lookups
+        targets = RowTargets(
+            start=c.slots[:1], rows=bf.rows[:, :, li] if request.rows else None,
+            diag_log=bf.diag_prev[0, :, li] if lookups else None,
+            prev_weight=bf.diag_prev[1, :, li] if lookups else None,
+            sink_weights=bf.sinks[:, li] if lookups else None,
+        )  # fmt: skip
         res = decode_attention(
             query, key, value, kv_len=kv_len, request=request,
             column_state=state if request.columns else None, key_mask=keep,
-            prompt_len=max(self.prompt_len - offset, 0), backend=self.backend, **opts,
+            prompt_len=max(self.prompt_len - offset, 0), backend=self.backend, targets=targets, **opts,
         )  # fmt: skip
-        slots = c.slots
-        if (
-            res.rows is not None
-        ):  # one copy for the five fields (a launch per field costs more than the stack)
-            rows = torch.stack([getattr(res.rows, name) for name in _ROW_FIELDS])  # [5, B, Hq, R]
-            bf.rows[:, :, li].index_copy_(3, slots, rows)
-        if res.lookups is not None:
-            bf.diag_prev[0, :, li].index_copy_(2, slots, res.lookups.diag_log)
-            bf.diag_prev[1, :, li].index_copy_(2, slots, res.lookups.prev_weight)
-            bf.sinks[:, li].index_copy_(2, slots, res.lookups.sink_weights)
-        return res.out
+        return res.out  # T1 and T2 are in their answer slots already (no copy per layer)
 
     def _request_at(self, offset: int) -> StatsRequest:
         """The request with sink positions in cache slots of a layer whose slot 0 is ``offset``.

@@ -11,7 +11,14 @@ from flashstats_kernels.features import (
 )
 from flashstats_kernels.naive import naive_response_attention
 from flashstats_kernels.ops.dense import dense_response_block, dense_statistics, row_topk_mass
-from flashstats_kernels.state import ColumnState, RowState, finalize_state, merge_states, row_state
+from flashstats_kernels.state import (
+    ColumnState,
+    RowState,
+    RowTargets,
+    finalize_state,
+    merge_states,
+    row_state,
+)
 from flashstats_kernels.types import AttentionResult, ColumnStats, LookupStats, RowStats, StatsRequest
 from flashstats_kernels.varlen import response_attention_varlen
 
@@ -24,6 +31,7 @@ __all__ = [
     "LookupStats",
     "RowState",
     "RowStats",
+    "RowTargets",
     "StatsRequest",
     "bos_sink_rate",
     "decode_attention",

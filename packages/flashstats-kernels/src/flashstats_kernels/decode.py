@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -16,7 +17,7 @@ from flashstats_kernels._problem import (
 )
 from flashstats_kernels.api import _check_request, resolve_backend
 from flashstats_kernels.ops.decode.chunked import decode_torch
-from flashstats_kernels.state import ColumnState
+from flashstats_kernels.state import ColumnState, RowTargets
 from flashstats_kernels.types import AttentionResult, StatsRequest
 
 
@@ -59,6 +60,43 @@ def _check_columns(state: object, b: int, hq: int, cache: int, device: torch.dev
     return state
 
 
+def _check_targets(
+    targets: object, request: StatsRequest, b: int, hq: int, n_sinks: int, device: torch.device
+) -> RowTargets:
+    """``targets`` checked: a `RowTargets` with a ``[1]`` int64 start and the buffers the request needs."""
+    if not isinstance(targets, RowTargets):
+        raise TypeError(f"targets must be a RowTargets or None, got {type(targets).__name__}")
+    st = targets.start
+    if not isinstance(st, torch.Tensor) or st.shape != (1,) or st.dtype != torch.int64 or st.device != device:
+        raise TypeError(f"targets.start must be a [1] int64 tensor on {device}")
+    need: dict[str, tuple[int, ...]] = {"rows": (5, b, hq)} if request.rows else {}
+    if request.lookups:
+        need.update(diag_log=(b, hq), prev_weight=(b, hq), sink_weights=(b, hq))
+    for name, lead in need.items():
+        x = getattr(targets, name)
+        ndim = len(lead) + (2 if name == "sink_weights" else 1)
+        ok = isinstance(x, torch.Tensor) and x.ndim == ndim and tuple(x.shape[: len(lead)]) == lead
+        if not ok or x.dtype != torch.float32 or x.device != device:
+            want = [*lead, "A"] + (["S"] if name == "sink_weights" else [])
+            raise ValueError(f"targets.{name} must be a float32 tensor {want} on {device} for this request")
+        if name == "sink_weights" and x.shape[-1] != n_sinks:
+            raise ValueError(f"targets.sink_weights must hold S = {n_sinks} sinks, got {x.shape[-1]}")
+    return targets
+
+
+def _write_targets(res: AttentionResult, targets: RowTargets) -> AttentionResult:
+    """Copy the per-row outputs of ``res`` into the target slots (the PyTorch backend's way)."""
+    r = res.lse.shape[2]
+    slots = targets.start + torch.arange(r, device=res.lse.device)
+    if res.rows is not None and targets.rows is not None:
+        rows = torch.stack([getattr(res.rows, f.name) for f in dataclasses.fields(res.rows)])
+        targets.rows.index_copy_(3, slots, rows)
+    if res.lookups is not None:
+        for name in ("diag_log", "prev_weight", "sink_weights"):
+            getattr(targets, name).index_copy_(2, slots, getattr(res.lookups, name))
+    return dataclasses.replace(res, rows=None, lookups=None)
+
+
 def decode_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -73,6 +111,7 @@ def decode_attention(
     softcap: float | None = None,
     window: int | None = None,
     splits: int | None = None,
+    targets: RowTargets | None = None,
     backend: str = "auto",
 ) -> AttentionResult:
     """Attention and statistics of ``R`` new rows (a decoding step or a chunk) against a key cache.
@@ -105,11 +144,14 @@ def decode_attention(
         softcap: soft cap ``c`` or None.
         window: sliding window or None.
         splits: key splits of the Triton kernel (None: enough to fill the GPU, from the shapes alone).
+        targets: write T1 and T2 of row ``i`` into slot ``targets.start + i`` of the caller's buffers
+            (a stream's per-token outputs) instead of returning new tensors; see
+            [`RowTargets`][flashstats_kernels.RowTargets].
         backend: ``"triton"``, ``"torch"`` or ``"auto"``.
 
     Returns:
-        AttentionResult: ``out`` [B, Hq, R, D], ``lse`` [B, Hq, R], ``rows`` and ``lookups`` as requested;
-        ``columns`` is None (read ``column_state.stats()``).
+        AttentionResult: ``out`` [B, Hq, R, D], ``lse`` [B, Hq, R], ``rows`` and ``lookups`` as requested
+        (None when written into ``targets``); ``columns`` is None (read ``column_state.stats()``).
 
     Raises:
         ValueError: a shape, size, device or option value that is not supported.
@@ -133,13 +175,16 @@ def decode_attention(
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be None or a positive int, got {splits!r}")
     sinks = normalize_sink_positions(request.sink_positions, b, dev) if request.lookups else None
+    if targets is not None:
+        targets = _check_targets(targets, request, b, hq, 0 if sinks is None else sinks.shape[1], dev)
     args: dict[str, Any] = dict(
         key_mask=mask, prompt_len=plen, scale=scale_f, softcap=softcap_f, window=window_i, rows=request.rows,
         sink_positions=sinks, diag_eps=request.diag_eps, columns=state, splits=splits,
     )  # fmt: skip
     if resolve_backend(backend, q) == "torch":
-        return decode_torch(q, k, v, kv_len=int(n), **args)
+        res = decode_torch(q, k, v, kv_len=int(n), **args)
+        return res if targets is None else _write_targets(res, targets)
     fused = importlib.import_module("flashstats_kernels.ops.decode.fused")
     if isinstance(n, int):
         n = torch.tensor([n], dtype=torch.int64).to(dev, non_blocking=True)
-    return fused.decode_triton(q, k, v, kv_len=n, **args)
+    return fused.decode_triton(q, k, v, kv_len=n, targets=targets, **args)

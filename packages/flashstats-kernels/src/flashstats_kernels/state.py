@@ -137,4 +137,26 @@ class ColumnState:
         return ColumnStats(sum=self.sum.clone(), mean=mean)
 
 
-__all__ = ["ColumnState", "RowState", "finalize_state", "merge_states", "row_state"]
+@dataclass
+class RowTargets:
+    """Where a decoding call writes its per-row statistics in place: slots ``start .. start + R - 1``.
+
+    A stream keeps one buffer of ``A`` answer slots per statistic; with targets,
+    [`flashstats_kernels.decode_attention`][] writes each new row's T1 and T2 statistics straight into
+    its slot (``start`` is read on the device, so a captured step needs no copy and no host value).
+    Any strides; the caller keeps ``start + R <= A``.
+    """
+
+    start: torch.Tensor
+    """``[1] int64`` on the device: the slot of the call's first row."""
+    rows: torch.Tensor | None = None
+    """``[5, B, Hq, A] float32``: the five `RowStats` fields in their order (needed with T1)."""
+    diag_log: torch.Tensor | None = None
+    """``[B, Hq, A] float32`` (needed with T2, as the two below)."""
+    prev_weight: torch.Tensor | None = None
+    """``[B, Hq, A] float32``."""
+    sink_weights: torch.Tensor | None = None
+    """``[B, Hq, A, S] float32``."""
+
+
+__all__ = ["ColumnState", "RowState", "RowTargets", "finalize_state", "merge_states", "row_state"]

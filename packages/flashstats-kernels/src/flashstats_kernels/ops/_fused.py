@@ -130,13 +130,17 @@ def fwd_tile(
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
-    MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
+    MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False, SCORES: tl.constexpr = False,
+    p_sc=None, m_sc=None,
 ):  # fmt: skip
     """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
 
     ``PM`` says how the tile adds to the prompt mass: 0 no key is a prompt key, 1 every key is, 2 test
     each key. ``COUNT`` counts visible keys (only needed with a key mask; otherwise ``n`` is known).
     With ``SPLIT``, ``b_q``, ``o_d``, ``m_d`` and ``b_acc`` are (head, tail) pairs (see `_qk`).
+    With ``SCORES``, the tile's scores in log2 units (``-inf`` where not visible) are also stored at
+    ``p_sc[:, None] + key`` for the rows where ``m_sc`` holds (``[BM]`` row pointers and mask): the
+    decoding op adds their weights to the running column sums once the merged LSE is known.
     """
     o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
     m_n = o_n < L
@@ -150,6 +154,9 @@ def fwd_tile(
         if HAS_MASK:
             vis = vis & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)[None, :]
         b_s = tl.where(vis, b_s, float("-inf"))
+    if SCORES:
+        b_sc = b_s if HAS_SOFTCAP else b_s * c2
+        tl.store(p_sc[:, None] + o_n[None, :], b_sc, mask=m_sc[:, None] & m_n[None, :])
     if HAS_SOFTCAP:
         b_mx_new = tl.maximum(b_mx, tl.max(b_s, 1))  # [BM]
         b_u = b_s - b_mx_new[:, None]
@@ -188,15 +195,16 @@ def fwd_range(
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
+    SCORES: tl.constexpr = False, p_sc=None, m_sc=None,
 ):  # fmt: skip
-    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi``."""
+    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi`` (``SCORES``: see `fwd_tile`)."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_n = lo
         while start_n < hi:
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
             )  # fmt: skip
             start_n += BLOCK_N
     else:
@@ -204,7 +212,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
 

@@ -13,15 +13,19 @@ so a step can be captured in a CUDA graph and replayed as the cache grows):
    with the entropy accumulator shifted by ``m``, as in the forward kernel), finalises output, LSE and
    T1, and reads the T2 lookups off the merged LSE. The order is fixed, so results are bitwise
    identical across runs; the split count changes them only by fp32 rounding.
-3. ``_columns_kernel``: one program per (key tile, batch x KV head) loads its keys once, re-scores
-   the new rows of every query head of the group against them from the merged LSE and adds their
-   weights (and, for head 0, the row counts) to the running column state. Each program owns its
-   slots: no atomics.
+3. ``_columns_kernel`` (T3 only): the split kernel also stores the scores of every (row, visible
+   key) it computed, in log2 units, into a ``[B, Hq, R, Lc]`` float32 scratch; one program per (key
+   block, batch x query head) turns them into weights with the merged LSE and adds them (and, for
+   head 0, the row counts) to the running column state. No key is read twice: the pass reads 4 bytes
+   per score instead of re-scoring the rows against the keys (``2 D`` bytes per key and KV head).
+   Each program owns its slots and runs the rows in a fixed order: no atomics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any, cast
 
 import torch
 import triton
@@ -35,9 +39,8 @@ from flashstats_kernels.ops._fused import (
     load_tile,
     lookup,
     mma_cast,
-    scores_log2,
 )
-from flashstats_kernels.state import ColumnState
+from flashstats_kernels.state import ColumnState, RowTargets
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -56,12 +59,13 @@ def _rows(i_rb, R, kv_len, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
 
 @triton.jit(do_not_specialize=["R", "window", "splits"])
 def _split_kernel(
-    Q, K, V, Part, Acc, KeyMask, PromptLen, KvLen,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb,
+    Q, K, V, Part, Acc, Scores, KeyMask, PromptLen, KvLen,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, smb, ssr,
     Hq, Hkv, R, scale, softcap, window, splits,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, MMA: tl.constexpr,
-    WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, SCORES: tl.constexpr,
+    MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_s = tl.program_id(0)
     i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head
@@ -91,10 +95,12 @@ def _split_kernel(
         tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
         tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.int32),
     )  # fmt: skip
+    p_sc = Scores + (i_bk * GROUP * R + o_m) * ssr  # [BM] score rows [B, Hq, R, Lc] of the program's rows
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_range(
         start, stop, b_q, pos_q, p_k0, p_v0, KeyMask + i_b * smb, plen, kv_len, skn, skd, svn, svd, o_d, m_d,
         scale * 1.4426950408889634, scale, softcap, window, *st,
-        True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
+        True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N, False,
+        SCORES, p_sc, m_m,
     )  # fmt: skip
     o_p = ((i_bk * n_rb + i_rb) * splits + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
     n_slot = tl.num_programs(1) * n_rb * splits * BLOCK_M  # slots per state field
@@ -131,12 +137,13 @@ def _merge_one(st, Part, Acc, n_slot, o_p, o_d, BLOCK_D: tl.constexpr):
 
 @triton.jit(do_not_specialize=["R", "window", "S", "splits"])
 def _merge_kernel(
-    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen,
+    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen, Start,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
-    Hq, Hkv, R, S, scale, softcap, window, log_eps, stat_stride, splits,
+    stf, stb, sth, sta, sdb, sdh, sda, svb, svh, sva, ssb, ssh, ssa, sss,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, splits,
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
-    WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_START: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     i_bk = tl.program_id(0).to(tl.int64)
     i_rb = tl.program_id(1)
@@ -175,16 +182,20 @@ def _merge_kernel(
     o_row = (i_b * Hq + i_h) * R + o_r  # [BM] offsets into [B, Hq, R]
     b_lse2 = tl.where(has, b_mx + tl.log2(b_ls), float("-inf")) + b_nan
     tl.store(Lse + o_row, b_lse2 * _LN2, mask=m_m)
+    o_a = o_r.to(tl.int64)  # [BM] slot of each row in the per-row outputs (RowTargets)
+    if HAS_START:
+        o_a += tl.load(Start)
     if ROWS:
+        p_t = Stats + i_b * stb + i_h * sth + o_a * sta  # [BM]
         b_ent = tl.where(has, tl.log(b_ls) - b_a / b_ls * _LN2, 0.0) + b_nan
-        tl.store(Stats + o_row, b_ent, mask=m_m)
+        tl.store(p_t, b_ent, mask=m_m)
         b_nf = tl.maximum(b_n, 2.0)
         b_norm = tl.where(b_n > 1.0, b_ent / tl.log(b_nf), 0.0) + b_nan
-        tl.store(Stats + stat_stride + o_row, b_norm, mask=m_m)
-        tl.store(Stats + 2 * stat_stride + o_row, b_pm / b_ls + b_nan, mask=m_m)
-        tl.store(Stats + 3 * stat_stride + o_row, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
+        tl.store(p_t + stf, b_norm, mask=m_m)
+        tl.store(p_t + 2 * stf, b_pm / b_ls + b_nan, mask=m_m)
+        tl.store(p_t + 3 * stf, tl.where(has, 1.0 / b_ls, 0.0) + b_nan, mask=m_m)
         b_q2s = tl.where(has, b_q2, 1.0)
-        tl.store(Stats + 4 * stat_stride + o_row, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
+        tl.store(p_t + 4 * stf, tl.where(has, b_ls * b_ls / b_q2s, 0.0) + b_nan, mask=m_m)
     if LOOKUPS:
         p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
         b_q = tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0).to(tl.float32)
@@ -193,90 +204,66 @@ def _merge_kernel(
         plen = tl.load(PromptLen + i_b)
         args = (kv_len, skn, skd, o_d, m_d, scale, softcap, window)
         b_d = lookup(b_q, p_k0, p_km, pos_q, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
-        tl.store(Diag + o_row, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
+        tl.store(Diag + i_b * sdb + i_h * sdh + o_a * sda, tl.maximum(b_d * _LN2, log_eps), mask=m_m)
         b_pv = lookup(
             b_q, p_k0, p_km, pos_q - 1, pos_q, m_m & (pos_q > plen), b_lse2, *args,
             HAS_MASK, HAS_SOFTCAP, HAS_WINDOW,
         )  # fmt: skip
-        tl.store(Prev + o_row, tl.exp2(b_pv), mask=m_m)
+        tl.store(Prev + i_b * svb + i_h * svh + o_a * sva, tl.exp2(b_pv), mask=m_m)
+        p_sk = Sinks + i_b * ssb + i_h * ssh + o_a * ssa  # [BM]
         i_s = 0
         while i_s < S:
             pos_k = tl.zeros_like(pos_q) + tl.load(SinkPos + i_b * spb + i_s)
             b_w = lookup(b_q, p_k0, p_km, pos_k, pos_q, m_m, b_lse2, *args, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW)
-            tl.store(Sinks + o_row * S + i_s, tl.exp2(b_w), mask=m_m)
+            tl.store(p_sk + i_s * sss, tl.exp2(b_w), mask=m_m)
             i_s += 1
-
-
-@triton.jit
-def _columns_rows(
-    b_k, o_n, m_n, keep_k, i_rb, Q, Lse, Sum, Count, p_km, plen, kv_len, i_b, i_kh,
-    sqb, sqh, sqm, sqd, scb, sch, scn, sntb, sntn, Hq, R, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """Add the weights of one block of the group's ``G x R`` rows to the column sums of a key tile.
-
-    One dot scores every head of the group at once; a masked row sum per head splits the weights.
-    """
-    o_m, m_m, o_g, o_r, pos_q = _rows(i_rb, R, kv_len, GROUP, BLOCK_M)
-    o_d = tl.arange(0, BLOCK_D)
-    i_h = i_kh * GROUP + o_g  # [BM] query head
-    p_q = Q + i_b * sqb + i_h[:, None] * sqh + o_r[:, None] * sqm + o_d[None, :] * sqd
-    b_q = mma_cast(load_tile(p_q, m_m, o_d < D, True, D != BLOCK_D), MMA)  # [BM, BD]
-    b_s = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM] raw <k, q>
-    b_lse2 = tl.load(Lse + (i_b * Hq + i_h) * R + o_r, mask=m_m, other=float("-inf")) * 1.4426950408889634
-    b_u = scores_log2(b_s, scale, softcap, HAS_SOFTCAP) - b_lse2[None, :]
-    counted = m_m & (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
-    if HAS_MASK:
-        counted = counted & (tl.load(p_km + pos_q, mask=m_m, other=0) != 0)
-    vis = (o_n[:, None] <= pos_q[None, :]) & counted[None, :] & keep_k[:, None]  # [BN, BM]
-    if HAS_WINDOW:
-        vis = vis & (o_n[:, None] > pos_q[None, :] - window)
-    b_p = tl.exp2(tl.where(vis, b_u, float("-inf")))  # [BN, BM], 0 where not visible
-    for g in tl.static_range(GROUP):
-        p_sum = Sum + i_b * scb + (i_kh * GROUP + g) * sch + o_n * scn
-        b_sum = tl.sum(tl.where((o_g == g)[None, :], b_p, 0.0), 1)  # [BN]
-        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
-    if i_kh == 0:  # counts do not depend on the head: head 0's rows, one program per key tile
-        b_cnt = tl.sum((vis & (o_g == 0)[None, :]).to(tl.float32), 1)
-        p_cnt = Count + i_b * sntb + o_n * sntn
-        tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt, mask=m_n)
 
 
 @triton.jit(do_not_specialize=["R", "window"])
 def _columns_kernel(
-    Q, K, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb, scb, sch, scn, sntb, sntn,
-    Hq, Hkv, R, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    Scores, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
+    ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window,
+    HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
+    """Add the weights of the ``R`` new rows of one query head to the column sums of a key block.
+
+    The scores are the split kernel's (log2 units); only (row, key) pairs that the row sees and that
+    count for T3 are read, so slots the split kernel did not write are never touched.
+    """
     i_n = tl.program_id(0)
-    i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head: the key tile is loaded once for its group
-    i_b = i_bk // Hkv
-    i_kh = i_bk % Hkv
+    i_bh = tl.program_id(1).to(tl.int64)  # batch x query head
+    i_b = i_bh // Hq
+    i_h = i_bh % Hq
     kv_len = tl.load(KvLen)
     if i_n * BLOCK_N < kv_len:
         o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        o_d = tl.arange(0, BLOCK_D)
         m_n = o_n < kv_len
-        m_d = o_d < D
-        p_k = K + i_b * skb + i_kh * skh + o_n[:, None] * skn + o_d[None, :] * skd
-        b_k = mma_cast(load_tile(p_k, m_n, m_d, True, D != BLOCK_D), MMA)  # [BN, BD]
         p_km = KeyMask + i_b * smb
         keep_k = m_n
         if HAS_MASK:
             keep_k = keep_k & (tl.load(p_km + o_n, mask=m_n, other=0) != 0)
         plen = tl.load(PromptLen + i_b)
-        i_rb = 0
-        while i_rb * BLOCK_M < GROUP * R:  # blocks of the group's rows, in a fixed order
-            _columns_rows(
-                b_k, o_n, m_n, keep_k, i_rb, Q, Lse, Sum, Count, p_km, plen, kv_len, i_b, i_kh,
-                sqb, sqh, sqm, sqd, scb, sch, scn, sntb, sntn, Hq, R, scale, softcap, window,
-                D, GROUP, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M, BLOCK_D,
-            )  # fmt: skip
-            i_rb += 1
+        b_sum = tl.zeros([BLOCK_N], tl.float32)
+        b_cnt = tl.zeros([BLOCK_N], tl.float32)
+        i_r = 0
+        while i_r < R:  # the rows in a fixed order
+            pos_q = kv_len - R + i_r
+            b_lse2 = tl.load(Lse + i_bh * R + i_r) * 1.4426950408889634
+            counted = (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
+            if HAS_MASK:
+                counted = counted & (tl.load(p_km + pos_q) != 0)
+            vis = keep_k & (o_n <= pos_q) & counted  # [BN]
+            if HAS_WINDOW:
+                vis = vis & (o_n > pos_q - window)
+            b_s = tl.load(Scores + (i_bh * R + i_r) * ssr + o_n, mask=vis, other=float("-inf"))
+            b_sum += tl.where(vis, tl.exp2(b_s - b_lse2), 0.0)
+            b_cnt += vis.to(tl.float32)
+            i_r += 1
+        p_sum = Sum + i_b * scb + i_h * sch + o_n * scn
+        tl.store(p_sum, tl.load(p_sum, mask=m_n, other=0.0) + b_sum, mask=m_n)
+        if i_h == 0:  # counts do not depend on the head: head 0's program of each key block adds them
+            p_cnt = Count + i_b * sntb + o_n * sntn
+            tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt, mask=m_n)
 
 
 def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
@@ -285,7 +272,7 @@ def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
     if interpreting():
         return {"BLOCK_M": block_m, "BLOCK_N": 16, "COL_N": 16, "num_warps": 4}
     block_n = 32 if block_d > 128 else 64
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "COL_N": 64, "num_warps": 4}
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "COL_N": 512, "num_warps": 4}
 
 
 def default_splits(batch_kv: int, row_blocks: int, cache: int, block_n: int) -> int:
@@ -297,7 +284,54 @@ def default_splits(batch_kv: int, row_blocks: int, cache: int, block_n: int) -> 
     return max(1, min(want, 64, -(-cache // (4 * block_n))))
 
 
+SCORE_ELEMENTS = 1 << 25
+"""Scratch scores of one launch with T3 (``B * Hq * R * Lc`` float32, 128 MiB): a call with more rows
+runs in row chunks (one row at least, a scratch as large as the column state itself)."""
+
+
+def _cat_rows(items: list) -> object:
+    """Dataclasses of per-row tensors (`RowStats`, `LookupStats`) concatenated on the row axis."""
+    names = [f.name for f in dataclasses.fields(items[0])]
+    return type(items[0])(*(torch.cat([getattr(x, n) for x in items], 2) for n in names))
+
+
 def decode_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    kv_len: torch.Tensor,
+    columns: ColumnState | None,
+    targets: RowTargets | None = None,
+    **options: Any,
+) -> AttentionResult:
+    """One decoding step, split-K over the cache (arguments of [`flashstats_kernels.decode_attention`][]).
+
+    With T3, a call whose scratch scores would exceed `SCORE_ELEMENTS` runs in row chunks, in order,
+    each against the keys its rows see (exact: rows do not interact, and the column state is added
+    to chunk after chunk). Arguments and result as `_decode_launch`.
+    """
+    b, hq, r = q.shape[0], q.shape[1], q.shape[2]
+    per = max(1, SCORE_ELEMENTS // max(1, b * hq * k.shape[2])) if columns is not None else r
+    if r <= per:
+        return _decode_launch(q, k, v, kv_len=kv_len, columns=columns, targets=targets, **options)
+    parts = [
+        _decode_launch(
+            q[:, :, i : i + per], k, v, kv_len=kv_len - (r - min(i + per, r)), columns=columns,
+            targets=None if targets is None else dataclasses.replace(targets, start=targets.start + i),
+            **options,
+        )
+        for i in range(0, r, per)
+    ]  # fmt: skip
+    res = AttentionResult(out=torch.cat([p.out for p in parts], 2), lse=torch.cat([p.lse for p in parts], 2))
+    if parts[0].rows is not None:
+        res.rows = cast(RowStats, _cat_rows([p.rows for p in parts]))
+    if parts[0].lookups is not None:
+        res.lookups = cast(LookupStats, _cat_rows([p.lookups for p in parts]))
+    return res
+
+
+def _decode_launch(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -313,8 +347,9 @@ def decode_triton(
     diag_eps: float,
     columns: ColumnState | None,
     splits: int | None = None,
+    targets: RowTargets | None = None,
 ) -> AttentionResult:
-    """One decoding step, split-K over the cache (arguments of [`flashstats_kernels.decode_attention`][]).
+    """The three launches of one decoding call (split, merge, columns) for all of its rows.
 
     Args:
         q: [B, Hq, R, D]. the new rows; any strides.
@@ -331,9 +366,11 @@ def decode_triton(
         diag_eps: clamp of ``diag_log``.
         columns: running column state ``[B, Hq, Lc]`` updated in place, or None (skip T3).
         splits: key splits (None: `default_splits`).
+        targets: write T1 and T2 into these slots instead of new tensors (see `RowTargets`).
 
     Returns:
-        AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked.
+        AttentionResult with out [B, Hq, R, D], lse [B, Hq, R], rows and lookups as asked (None when
+        written into ``targets``).
     """
     q, scale = fold_scale_sign(q, scale)
     g = launch_geometry(q, k, key_mask, softcap, window)
@@ -347,43 +384,66 @@ def decode_triton(
     acc = torch.empty(bkv * n_rb * n_split * bm, g.block_d, dtype=torch.float32, device=dev)
     out = torch.empty(g.B, g.Hq, g.R, g.D, dtype=q.dtype, device=dev)
     lse = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
-    stats = torch.empty(5 if rows else 1, g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
     n_sinks = 0 if sink_positions is None else sink_positions.shape[1]
-    diag = torch.empty(g.B, g.Hq, g.R, dtype=torch.float32, device=dev)
-    prev = torch.empty_like(diag)
-    sinks = torch.empty(g.B, g.Hq, g.R, max(n_sinks, 1), dtype=torch.float32, device=dev)
+    stats, diag, prev, sinks, start = _row_outputs(g.B, g.Hq, g.R, n_sinks, rows, targets, lse)
     pos = diag if sink_positions is None else sink_positions.to(dev, torch.int64).contiguous()
     plen = prompt_len.contiguous()
     kvl = kv_len.reshape(1)
+    # the split kernel's scores for the running columns (slots it does not write are never read)
+    scores = torch.empty(g.B * g.Hq * g.R if columns is not None else 1, g.L, dtype=torch.float32, device=dev)
     flags = dict(
         D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
         WHILE=interpreting(), BLOCK_D=g.block_d, num_warps=cfg["num_warps"],
     )  # fmt: skip
     _split_kernel[(n_split, bkv, n_rb)](
-        q, k, v, part, acc, g.key_mask, plen, kvl,
-        *q.stride(), *k.stride(), *v.stride(), g.mask_stride,
+        q, k, v, part, acc, scores, g.key_mask, plen, kvl,
+        *q.stride(), *k.stride(), *v.stride(), g.mask_stride, scores.stride(0),
         g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window, n_split,
-        ROWS=rows, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
+        ROWS=rows, SCORES=columns is not None, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
     )  # fmt: skip
     _merge_kernel[(bkv, n_rb)](
-        q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl,
+        q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl, start,
         *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
+        *stats.stride(), *diag.stride(), *prev.stride(), *sinks.stride(),
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
-        g.B * g.Hq * g.R, n_split, ROWS=rows, LOOKUPS=sink_positions is not None, BLOCK_M=bm, **flags,
+        n_split, ROWS=rows, LOOKUPS=sink_positions is not None, HAS_START=targets is not None, BLOCK_M=bm,
+        **flags,
     )  # fmt: skip
     if columns is not None:
-        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), bkv)](
-            q, k, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
-            *q.stride(), *k.stride(), g.mask_stride, *columns.sum.stride(), *columns.count.stride(),
-            g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window,
-            MMA=g.mma, BLOCK_M=bm, BLOCK_N=cfg["COL_N"], **flags,
+        _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
+            scores, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
+            scores.stride(0), g.mask_stride, *columns.sum.stride(), *columns.count.stride(), g.Hq, g.R,
+            g.window, HAS_MASK=g.has_mask, HAS_WINDOW=g.has_window, BLOCK_N=cfg["COL_N"],
+            num_warps=cfg["num_warps"],
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
-    if rows:
+    if rows and targets is None:
         result.rows = RowStats(*stats.unbind(0))
-    if sink_positions is not None:
+    if sink_positions is not None and targets is None:
         result.lookups = LookupStats(diag_log=diag, prev_weight=prev, sink_weights=sinks[..., :n_sinks])
     return result
 
 
-__all__ = ["decode_triton", "default_splits"]
+def _row_outputs(
+    b: int, hq: int, r: int, n_sinks: int, rows: bool, targets: RowTargets | None, lse: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """``(stats, diag, prev, sinks, start)``: the buffers the merge kernel writes the per-row outputs to.
+
+    New ``[.., B, Hq, R, ..]`` tensors, or the caller's targets (a dummy for the unused ones; ``start``
+    is a dummy without targets).
+    """
+    dev = lse.device
+    if targets is None:
+        stats = torch.empty(5 if rows else 1, b, hq, r, dtype=torch.float32, device=dev)
+        diag = torch.empty(b, hq, r, dtype=torch.float32, device=dev)
+        sinks = torch.empty(b, hq, r, max(n_sinks, 1), dtype=torch.float32, device=dev)
+        return stats, diag, torch.empty_like(diag), sinks, lse
+    dummy = lse.new_empty(1, 1, 1, 1)
+    stats = targets.rows if targets.rows is not None else dummy
+    diag = targets.diag_log if targets.diag_log is not None else dummy[0]
+    prev = targets.prev_weight if targets.prev_weight is not None else dummy[0]
+    sinks = targets.sink_weights if targets.sink_weights is not None else dummy
+    return stats, diag, prev, sinks, targets.start
+
+
+__all__ = ["SCORE_ELEMENTS", "decode_triton", "default_splits"]
