@@ -149,7 +149,10 @@ def test_results_do_not_depend_on_the_batch(helpers, device):
         )
         torch.testing.assert_close(batch.columns.mean[b, ..., pad:], alone.columns.mean[0], **tol)
         torch.testing.assert_close(batch.logit_stats[b, :a], alone.logit_stats[0], **tol)
-        torch.testing.assert_close(batch.hidden[b, :, :a], alone.hidden[0], **tol)
+        # hidden states in units of each layer's largest activation (up to ~60 by layer 2 here): fp32
+        # matmuls of another batch shape round differently, a few ulps at that scale (3e-5 seen on one CPU)
+        scale = alone.hidden[0].abs().amax(dim=(-1, -2), keepdim=True).clamp_min(1.0)
+        torch.testing.assert_close(batch.hidden[b, :, :a] / scale, alone.hidden[0] / scale, **tol)
         assert alone.key_mask.all() and alone.answer_mask.all()
 
 

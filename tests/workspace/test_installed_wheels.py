@@ -123,6 +123,26 @@ def documented_gguf_install() -> list[str]:
     return lines[0].split()
 
 
+def install_locked(tmp: Path, python: Path, line: list[str]) -> None:
+    """Runs ``line`` (``pip install --no-deps NAME ...``) with each NAME at its locked file, offline.
+
+    ``uv pip install --offline NAME`` resolves through the registry's index pages, which ``uv sync --locked``
+    does not cache (a fresh CI machine has none); the lock's entries name the files themselves.
+    """
+    assert line[:3] == ["pip", "install", "--no-deps"], line
+    names = set(line[3:])
+    folder = tmp / "gguf-lock"
+    folder.mkdir()
+    sh("uv", "export", "--frozen", "--format", "pylock.toml", "--no-emit-workspace", "--no-dev",
+       "-o", str(folder / "pylock.toml"), "--quiet", cwd=ROOT)  # fmt: skip
+    head, *blocks = (folder / "pylock.toml").read_text().split("\n[[packages]]\n")
+    kept = [b for b in blocks if re.match(r'name = "([^"]+)"', b).group(1) in names]
+    assert {re.match(r'name = "([^"]+)"', b).group(1) for b in kept} == names, "not all of them are locked"
+    (folder / "pylock.toml").write_text("\n[[packages]]\n".join([head, *kept]))
+    sh("uv", "pip", "install", "--offline", "--quiet", "--no-deps", "--python", str(python),
+       "-r", str(folder / "pylock.toml"))  # fmt: skip
+
+
 @pytest.mark.slow
 def test_halluprobe_wheels_train_with_the_documented_proxy_install(tmp_path, dists):
     """``halluprobe train`` from the wheels: with no proxy it names the install line; after it, it trains."""
@@ -143,8 +163,7 @@ def test_halluprobe_wheels_train_with_the_documented_proxy_install(tmp_path, dis
     train = [cli, "train", "--limit", "4", "--feature-sets", "A7", "--batch-size", "4", "--out", "run"]
     failed = subprocess.run(train, capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path)
     assert failed.returncode == 2 and " ".join(line) in failed.stderr, failed.stderr[-2000:]
-    assert line[:2] == ["pip", "install"]
-    sh("uv", *line[:2], "--offline", "--quiet", "--python", str(python), *line[2:])
+    install_locked(tmp_path, python, line)
     out = sh(*train, "--quiet", env=env, cwd=tmp_path)
     assert "| A7 |" in out and "| LookbackLens |" in out  # the probe and the published detectors
     det = json.loads((tmp_path / "run" / "detectors" / "A7" / "detector.json").read_text())
