@@ -145,7 +145,7 @@ def _assert_matches_reference(case: Case, res, state: ColumnState) -> None:
 @pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=lambda c: c.id)
 def test_split_count_changes_only_rounding_and_runs_are_bitwise(case, poisoned):
     base, base_state = _run(case, "triton", splits=1)
-    for splits in (2, 3, 7):
+    for splits in (2, 3, 7, 19):  # 19: the merge reads two chunks of 16, some splits empty
         res, state = _run(case, "triton", splits=splits)
         again, again_state = _run(case, "triton", splits=splits)
         for a, b in ((res.out, again.out), (res.lse, again.lse), (state.sum, again_state.sum)):
@@ -320,3 +320,13 @@ def test_decode_cuda_matches_fp64_reference(case, dtype):
         softcap=case.softcap, window=case.window, splits=case.splits,
     )  # fmt: skip
     assert torch.equal(again.out, res.out) and torch.equal(again.rows.entropy, res.rows.entropy)  # bitwise
+
+
+def test_merge_split_block_fits_registers_and_the_split_count():
+    from flashstats_kernels.ops.decode.fused import merge_split_block
+
+    assert merge_split_block(64, 16, 64) == 16  # SmolLM2 / Qwen3 decode: 16 of its 64 splits at a time
+    assert merge_split_block(64, 16, 128) == 8  # 8 x 16 x 128 partial outputs: 16K values
+    assert merge_split_block(64, 64, 128) == 2
+    assert merge_split_block(3, 16, 64) == 4  # never wider than the split count needs
+    assert merge_split_block(1, 64, 256) == 1
