@@ -77,8 +77,11 @@ def compile_decode() -> None:
         for scores in {special, True}:  # the score store of T3 with and without the soft cap
             split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
             _compile(fused._split_kernel, split, DECODE_POINTERS)
-        _compile(fused._merge_kernel, dict(flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16),
-                 DECODE_POINTERS)  # fmt: skip
+        # one chunk of 16 splits (SmolLM2's decode) and the single-split chunk of wide row blocks
+        merge = dict(
+            flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16, SPLIT_BLOCK=16 if special else 1
+        )
+        _compile(fused._merge_kernel, merge, DECODE_POINTERS)
         _compile(fused._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
                  DECODE_POINTERS)  # fmt: skip
 
