@@ -26,11 +26,17 @@ def sh(*args: str, env: dict | None = None, cwd: Path | None = None) -> str:
     return run.stdout
 
 
+def export_lock(folder: Path, *select: str) -> Path:
+    """``folder/pylock.toml``: the third-party part of ``uv.lock`` (``select``: e.g. ``--package NAME``)."""
+    lock = folder / "pylock.toml"
+    sh("uv", "export", "--frozen", "--format", "pylock.toml", "--no-emit-workspace", "--no-dev", *select,
+       "-o", str(lock), "--quiet", cwd=ROOT)  # fmt: skip
+    return lock
+
+
 def fresh_venv(tmp: Path, package: str, dists: Path, wheels: list[str]) -> Path:
     """A new environment in ``tmp`` with ``package``'s locked requirements and our ``wheels``."""
-    lock = tmp / "pylock.toml"
-    sh("uv", "export", "--frozen", "--format", "pylock.toml", "--no-emit-workspace", "--no-dev",
-       "--package", package, "-o", str(lock), "--quiet", cwd=ROOT)  # fmt: skip
+    lock = export_lock(tmp, "--package", package)
     sh("uv", "venv", "--quiet", "--python", sys.executable, str(tmp / "venv"))
     python = tmp / "venv" / "bin" / "python"
     sh("uv", "pip", "install", "--quiet", "--offline", "--python", str(python), "-r", str(lock))
@@ -133,14 +139,12 @@ def install_locked(tmp: Path, python: Path, line: list[str]) -> None:
     names = set(line[3:])
     folder = tmp / "gguf-lock"
     folder.mkdir()
-    sh("uv", "export", "--frozen", "--format", "pylock.toml", "--no-emit-workspace", "--no-dev",
-       "-o", str(folder / "pylock.toml"), "--quiet", cwd=ROOT)  # fmt: skip
-    head, *blocks = (folder / "pylock.toml").read_text().split("\n[[packages]]\n")
+    lock = export_lock(folder)
+    head, *blocks = lock.read_text().split("\n[[packages]]\n")
     kept = [b for b in blocks if re.match(r'name = "([^"]+)"', b).group(1) in names]
     assert {re.match(r'name = "([^"]+)"', b).group(1) for b in kept} == names, "not all of them are locked"
-    (folder / "pylock.toml").write_text("\n[[packages]]\n".join([head, *kept]))
-    sh("uv", "pip", "install", "--offline", "--quiet", "--no-deps", "--python", str(python),
-       "-r", str(folder / "pylock.toml"))  # fmt: skip
+    lock.write_text("\n[[packages]]\n".join([head, *kept]))
+    sh("uv", "pip", "install", "--offline", "--quiet", "--no-deps", "--python", str(python), "-r", str(lock))
 
 
 @pytest.mark.slow
