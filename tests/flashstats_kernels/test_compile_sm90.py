@@ -69,20 +69,21 @@ def compile_all() -> None:
 def compile_decode() -> None:
     """The decoding kernels (split with and without the score store, merge with lookups, running columns),
     soft-cap/window on and off."""
-    from flashstats_kernels.ops.decode import fused
+    from flashstats_kernels.ops.decode import kernels
 
     for special in (False, True):
         flags = dict(D=64, GROUP=3, HAS_MASK=special, HAS_SOFTCAP=special, HAS_WINDOW=special, WHILE=False,
                      BLOCK_D=64)  # fmt: skip
         for scores in {special, True}:  # the score store of T3 with and without the soft cap
             split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
-            _compile(fused._split_kernel, split, DECODE_POINTERS)
-        # one chunk of 16 splits (SmolLM2's decode) and the single-split chunk of wide row blocks
+            _compile(kernels._split_kernel, split, DECODE_POINTERS)
+        # SmolLM2's decode (4 rows, 16 columns, all 64 splits at once) and 16-row chunks one split at a time
         merge = dict(
-            flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16, SPLIT_BLOCK=16 if special else 1
-        )
-        _compile(fused._merge_kernel, merge, DECODE_POINTERS)
-        _compile(fused._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
+            flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16, MERGE_M=16 if special else 4,
+            MERGE_D=16, SPLIT_BLOCK=1 if special else 64,
+        )  # fmt: skip
+        _compile(kernels._merge_kernel, merge, DECODE_POINTERS)
+        _compile(kernels._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
                  DECODE_POINTERS)  # fmt: skip
 
 

@@ -39,11 +39,13 @@ class Case:
     softcap: float | None = None
     window: int | None = None
     splits: int | None = 3
+    prompt: int | None = None  # prompt length of example 0 (None: the keys before the new rows)
 
     @property
     def id(self) -> str:
         extra = ("-pad" if self.pad else "") + (f"-cap{self.softcap}" if self.softcap else "")
         extra += f"-win{self.window}" if self.window else ""
+        extra += f"-P{self.prompt}" if self.prompt is not None else ""
         sizes = f"B{self.B}-R{self.R}-Lc{self.Lc}-kv{self.kv}-HQ{self.Hq}-H{self.Hkv}-D{self.D}"
         return f"{sizes}-S{self.splits}{extra}"
 
@@ -57,6 +59,10 @@ CASES = [
     Case(B=1, Hq=8, Hkv=2, R=2, Lc=20, kv=2, splits=1),  # only the new rows are cached
     Case(B=1, Hq=4, Hkv=4, R=1, Lc=80, kv=80, D=80, splits=None),
     Case(B=2, Hq=8, Hkv=1, R=9, Lc=40, kv=30, pad=True, splits=2),  # 72 rows per KV head: two row blocks
+    # no key mask: unmasked interior tiles between the window's edge tile and the rows' own tiles, the
+    # prompt boundary inside the interior (and, for example 1, on a tile edge)
+    Case(B=2, Hq=4, Hkv=2, R=2, Lc=130, kv=121, window=50, prompt=97, splits=3),
+    Case(B=2, Hq=4, Hkv=2, R=3, Lc=100, kv=97, prompt=49, splits=2),
 ]
 
 
@@ -84,7 +90,8 @@ def _inputs(case: Case, seed: int = 0):
     if case.pad:
         first = torch.arange(case.B) * 2 % max(1, case.kv - case.R)
         mask = torch.arange(case.Lc)[None, :] >= first[:, None]
-    plen = (case.kv - case.R - torch.arange(case.B)).clamp(min=0)
+    plen = (case.kv - case.R if case.prompt is None else case.prompt) - torch.arange(case.B)
+    plen = plen.clamp(min=0)
     sinks = torch.stack([first, first + 1, torch.full_like(first, case.Lc + 3)], 1)
     opts = dict(key_mask=mask, prompt_len=plen, softcap=case.softcap, window=case.window)
     return q, k, v, opts, sinks
@@ -142,7 +149,7 @@ def _assert_matches_reference(case: Case, res, state: ColumnState) -> None:
     assert res.columns is None
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4], CASES[8]], ids=lambda c: c.id)
 def test_split_count_changes_only_rounding_and_runs_are_bitwise(case, poisoned):
     base, base_state = _run(case, "triton", splits=1)
     for splits in (2, 3, 7, 19):  # 19: the merge reads two chunks of 16, some splits empty
@@ -325,8 +332,20 @@ def test_decode_cuda_matches_fp64_reference(case, dtype):
 def test_merge_split_block_fits_registers_and_the_split_count():
     from flashstats_kernels.ops.decode.fused import merge_split_block
 
-    assert merge_split_block(64, 16, 64) == 16  # SmolLM2 / Qwen3 decode: 16 of its 64 splits at a time
-    assert merge_split_block(64, 16, 128) == 8  # 8 x 16 x 128 partial outputs: 16K values
-    assert merge_split_block(64, 64, 128) == 2
+    assert merge_split_block(64, 4, 16) == 64  # SmolLM2 decode (3 rows per KV head): all 64 splits at once
+    assert merge_split_block(64, 4, 32) == 64  # Llama 8B / Qwen3 decode: 4 x 32 columns, 8K values
+    assert merge_split_block(33, 16, 32) == 16  # 16-row chunks: 16 x 16 x 32 partial outputs
     assert merge_split_block(3, 16, 64) == 4  # never wider than the split count needs
-    assert merge_split_block(1, 64, 256) == 1
+    assert merge_split_block(1, 16, 64) == 1
+    assert merge_split_block(64, 64, 256) == 1  # a block wider than the budget still merges one split
+
+
+@pytest.mark.parametrize("block_d", [32, 64, 128, 256])
+@pytest.mark.parametrize("group_rows", [1, 3, 4, 16, 48, 72, 1000])
+def test_merge_blocks_tile_the_split_row_blocks(block_d, group_rows):
+    """A merge program's rows lie in one row block of the split kernel; its columns tile the head dim."""
+    from flashstats_kernels.ops.decode.fused import decode_config
+
+    cfg = decode_config(block_d, group_rows)
+    assert cfg["BLOCK_M"] % cfg["MERGE_M"] == 0 and cfg["MERGE_M"] >= min(16, group_rows)
+    assert block_d % cfg["MERGE_D"] == 0 and block_d // cfg["MERGE_D"] <= 4

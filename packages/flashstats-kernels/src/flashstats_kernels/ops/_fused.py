@@ -1,8 +1,9 @@
 """Triton building blocks shared by the fused ops (forward, lookups, columns, decode).
 
 Device functions: score scaling in log2 units (`scores_log2`), dot-operand casts and masked tile
-loads, the forward's key-tile step with its T1 accumulators (`fwd_tile`, `fwd_range`), the key-major
-column step of T3 (`col_tile`, `col_step`, `col_range`) and the single-weight T2 lookup (`lookup`).
+loads, the forward's key-tile step with its T1 accumulators (`fwd_tile`, `fwd_range`, and `fwd_inner`
+for tiles that every row sees whole), the key-major column step of T3 (`col_tile`, `col_step`,
+`col_range`) and the single-weight T2 lookup (`lookup`).
 Host functions: the launch geometry that every launcher derives, and the tuning-table helpers.
 
 Every op's kernels and launchers import from here; no op imports another op's private names.
@@ -215,6 +216,45 @@ def fwd_range(
                 HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
+
+
+@triton.jit
+def fwd_inner(
+    lo, hi, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
+    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
+    EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    SCORES: tl.constexpr = False, p_sc=None, m_sc=None,
+):  # fmt: skip
+    """Unmasked key tiles ``lo <= j < hi``: every key visible to every row (no key mask, inside every window).
+
+    With the row statistics on, the range is split at the prompt boundary so that only one tile tests
+    ``j < prompt_len``; visible keys are not counted (the caller knows ``n``). ``SCORES``: see `fwd_tile`.
+    """
+    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
+    a = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
+    st = (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n)
+    if ROWS:
+        pa = tl.minimum(tl.maximum(plen // BLOCK_N * BLOCK_N, lo), hi)  # keys below pa are prompt keys
+        pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
+        st = fwd_range(
+            lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+        )  # fmt: skip
+        st = fwd_range(
+            pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+        )  # fmt: skip
+        st = fwd_range(
+            pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+        )  # fmt: skip
+    else:
+        st = fwd_range(
+            lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+        )  # fmt: skip
+    return st
 
 
 @triton.jit

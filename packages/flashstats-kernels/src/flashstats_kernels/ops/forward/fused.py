@@ -30,6 +30,7 @@ from flashstats_kernels._problem import Varlen, fold_scale_sign
 from flashstats_kernels.ops._fused import (
     TUNE_KEY,
     d_class,
+    fwd_inner,
     fwd_range,
     interpreting,
     launch_geometry,
@@ -43,44 +44,6 @@ from flashstats_kernels.ops._fused import (
     tune_configs,
 )
 from flashstats_kernels.types import RowStats
-
-
-@triton.jit
-def _fwd_inner(
-    lo, hi, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window,
-    b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
-    EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-):  # fmt: skip
-    """Unmasked key tiles ``lo <= j < hi``: every key visible to every row of the tile.
-
-    With the row statistics on, the range is split at the prompt boundary so that only one tile tests
-    ``j < prompt_len``.
-    """
-    # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
-    a = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
-    st = (b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n)
-    if ROWS:
-        pa = tl.minimum(tl.maximum(plen // BLOCK_N * BLOCK_N, lo), hi)  # keys below pa are prompt keys
-        pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
-        st = fwd_range(
-            lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
-        st = fwd_range(
-            pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
-        st = fwd_range(
-            pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
-    else:
-        st = fwd_range(
-            lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
-    return st
 
 
 @triton.jit
@@ -165,21 +128,10 @@ def _fwd_kernel(
                 lo, inner, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
                 WHILE, BLOCK_N, SPLIT,
             )  # fmt: skip
-        st = _fwd_inner(
-            inner,
-            mid,
-            *args,
-            *st,
-            EVEN_D,
-            HAS_MASK,
-            HAS_SOFTCAP,
-            HAS_WINDOW,
-            ROWS,
-            MMA,
-            WHILE,
-            BLOCK_N,
+        st = fwd_inner(
+            inner, mid, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
             SPLIT,
-        )
+        )  # fmt: skip
         st = fwd_range(
             mid, hi, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
             BLOCK_N, SPLIT,
