@@ -26,7 +26,7 @@ SHAPES = {  # query heads, KV heads, head dim, layers (to scale a call to a step
 LEVELS = ("none", "T1", "T1+T2", "T1+T2+T3")
 
 
-def _call(shape: str, ctx: int, rows: int, level: str):
+def _call(shape: str, ctx: int, rows: int, level: str, splits: int | None = None):
     """A zero-argument function that runs one decoding call of ``level`` (inputs built once)."""
     hq, hkv, d, _ = SHAPES[shape]
     dev = "cuda"
@@ -44,8 +44,9 @@ def _call(shape: str, ctx: int, rows: int, level: str):
 
     def run() -> None:
         decode_attention(
-            q, k, v, kv_len=kv_len, request=request, column_state=state, prompt_len=prompt, backend="triton"
-        )
+            q, k, v, kv_len=kv_len, request=request, column_state=state, prompt_len=prompt, splits=splits,
+            backend="triton",
+        )  # fmt: skip
 
     return run
 
@@ -67,13 +68,35 @@ def _kernel_us(fn, calls: int = 20) -> dict[str, float]:
     return out
 
 
+def sweep(args: argparse.Namespace) -> None:
+    """R = 1, the longest context: none and all statistics at each split count (None: the default)."""
+    ctx = max(int(c) for c in args.contexts.split(","))
+    csv = LongCsv(args.out / "decode_splits.csv", ("shape", "ctx", "splits", "level", "us"))
+    table = []
+    for shape in args.shapes.split(","):
+        for splits in [None, *(int(n) for n in args.sweep_splits.split(","))]:
+            us = {lv: 1e3 * triton.testing.do_bench_cudagraph(_call(shape, ctx, 1, lv, splits), rep=200)
+                  for lv in ("none", "T1+T2+T3")}  # fmt: skip
+            for lv, t in us.items():
+                csv.add(shape=shape, ctx=ctx, splits=splits or "default", level=lv, us=f"{t:.2f}")
+            table.append([shape, ctx, splits or "default", f"{us['none']:.1f}", f"{us['T1+T2+T3']:.1f}"])
+    csv.close()
+    text = markdown_table(["shape", "context", "splits", "none us", "all us"], table)
+    (args.out / "decode_splits.md").write_text(text + "\n")
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--contexts", default="8192,32768")
     ap.add_argument("--rows", default="1,16")
+    ap.add_argument("--sweep-splits", default="", help="split counts to time at R = 1 instead (16,33,66)")
     args = ap.parse_args()
+    if args.sweep_splits:
+        sweep(args)
+        return
     csv = LongCsv(args.out / "decode_kernels.csv", ("shape", "ctx", "R", "level", "us", "ratio"))
     table, kernels = [], []
     for shape in args.shapes.split(","):
