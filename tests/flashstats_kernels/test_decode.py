@@ -7,6 +7,7 @@ On a machine without CUDA the Triton kernels run under the interpreter. Outputs 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 import torch
@@ -147,6 +148,30 @@ def _assert_matches_reference(case: Case, res, state: ColumnState) -> None:
     torch.testing.assert_close(state.sum.double(), col_sum, **TOL)
     torch.testing.assert_close(state.count.double(), col_count, atol=0, rtol=0)
     assert res.columns is None
+
+
+def _draw_case(seed: int) -> Case:
+    """A seeded random decoding configuration: odd groups and head dims, windows, masks, soft caps."""
+    rng = random.Random(seed)
+    r = rng.choice([1, 1, rng.randint(2, 5), rng.randint(6, 20)])
+    kv = r + rng.choice([0, rng.randint(1, 20), rng.randint(21, 90)])
+    hkv = rng.choice([1, 2, 3])
+    return Case(
+        B=rng.choice([1, 2]), Hq=hkv * rng.choice([1, 3, 4, 5]), Hkv=hkv, R=r, Lc=kv + rng.choice([0, 3, 17]),
+        kv=kv, D=rng.choice([8, 24, 64, 80]), pad=rng.random() < 0.3 and kv > r,
+        softcap=rng.choice([None, None, 3.0]), window=rng.choice([None, None, 1, rng.randint(1, kv + 2)]),
+        splits=rng.choice([None, 1, rng.randint(2, 9)]),
+        prompt=None if rng.random() < 0.5 else rng.randint(0, kv),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(12))
+def test_random_configurations_match_fp64_reference(seed, backend, poisoned):
+    """Seeded random shapes and options (the case is reproducible from the seed) against fp64."""
+    case = _draw_case(seed)
+    res, state = _run(case, backend)
+    _assert_matches_reference(case, res, state)
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4], CASES[8]], ids=lambda c: c.id)
