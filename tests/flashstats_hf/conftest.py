@@ -12,6 +12,7 @@ from transformers import (
     AutoModelForCausalLM,
     Gemma2Config,
     Gemma3TextConfig,
+    GPT2Config,
     LlamaConfig,
     MistralConfig,
     Qwen3Config,
@@ -52,6 +53,8 @@ CONFIGS = {
         initializer_range=0.3,
     ),
     "mistral": lambda: MistralConfig(**COMMON, num_hidden_layers=2, sliding_window=5, initializer_range=0.3),
+    # decoder layers in `.h`, learned absolute positions, multi-head attention
+    "gpt2": lambda: GPT2Config(vocab_size=101, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3),
 }
 
 

@@ -22,6 +22,7 @@ CASES = {
     "gemma2-softcap-B2-L10-A4": ("gemma2", [10, 13], [4, 2]),
     "gemma3-B2-L12-A5": ("gemma3", [12, 6], [5, 2]),
     "mistral-window-B2-L11-A7": ("mistral", [11, 9], [7, 3]),
+    "gpt2-B2-L12-A4": ("gpt2", [12, 7], [4, 3]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 
@@ -168,6 +169,29 @@ def test_non_causal_layers_run_unscored_with_a_warning(helpers):
     torch.testing.assert_close(
         fs.logit_stats.double(), helpers.eager_logit_statistics(ref.logits, ids, start), **TOL["cpu"]
     )
+
+
+def test_layers_that_never_reach_the_attention_function_raise():
+    """A family that computes attention itself (CodeGen) cannot come back silently unscored."""
+    from transformers import CodeGenConfig
+
+    torch.manual_seed(0)
+    config = CodeGenConfig(vocab_size=101, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(3, 101, (1, 9))
+    with pytest.raises(RuntimeError, match=r"layers \[0, 1\] of CodeGenForCausalLM never called"):
+        record_forward(model, ids, response_start=5)
+
+
+def test_a_layer_without_its_index_is_named(helpers):
+    """One attention module without ``layer_idx`` (as a hybrid model's non-attention layer): leave it out."""
+    ours, _ = helpers.tiny_models("llama")
+    ids, mask, start = helpers.padded_batch([9, 12], [3, 4])
+    ours.model.layers[1].self_attn.layer_idx = None
+    with pytest.raises(RuntimeError, match=r"layers \[1\] .* leave them out with layers="):
+        record_forward(ours, ids, response_start=start, attention_mask=mask)
+    fs = record_forward(ours, ids, response_start=start, attention_mask=mask, layers=[0])
+    assert fs.layers == (0,)
 
 
 def test_bad_inputs_raise_clear_errors(helpers):

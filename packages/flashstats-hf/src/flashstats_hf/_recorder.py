@@ -103,6 +103,8 @@ class Recorder:
 
     plan: Plan
     results: dict[int, LayerStats] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set)
+    """Layer indices whose attention called the ``"attnstats"`` function (scored or not)."""
     _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
     _token: Token[Recorder | None] | None = None
 
@@ -121,6 +123,27 @@ class Recorder:
     def wants(self, layer_idx: object) -> bool:
         """Whether the layer with this index is to be scored."""
         return isinstance(layer_idx, int) and layer_idx in self.plan.layers
+
+    def check_reached(self, model: object) -> None:
+        """Raise if a planned layer never reached the ``"attnstats"`` attention during the forward.
+
+        That happens when a model family computes attention itself instead of through Transformers'
+        attention interface, or when its attention modules carry no ``layer_idx``: its layers would
+        otherwise come back silently unscored.
+        """
+        missing = [i for i in self.plan.layers if i not in self.seen]
+        if missing:
+            hint = (
+                "leave them out with layers=... (layers without attention, as in hybrid models)"
+                if self.seen
+                else "this model computes attention itself instead of through Transformers' attention "
+                "interface (ALL_ATTENTION_FUNCTIONS), or its attention modules have no `layer_idx`, so "
+                "its statistics cannot be recorded"
+            )
+            raise RuntimeError(
+                f"flashstats: layers {missing} of {type(model).__name__} never called the 'attnstats' "
+                f"attention with their layer index; {hint}"
+            )
 
     def matches(self, query: torch.Tensor, key: torch.Tensor) -> bool:
         """Whether a layer call covers the recorded input (self-attention over all ``L`` positions)."""

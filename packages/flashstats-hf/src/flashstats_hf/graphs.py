@@ -211,6 +211,7 @@ def recorded_forward(
         )
         if len(decoder_layers) in hidden_layers:
             hooks._keep(len(decoder_layers), out[0])
+    recorder.check_reached(model)
     hidden = torch.stack([hooks.states[i] for i in hidden_layers], dim=1) if hidden_layers else None
     return (*_stack_layers([recorder.results[i] for i in layers if i in recorder.results]), stats, hidden)
 

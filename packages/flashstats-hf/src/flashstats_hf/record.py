@@ -153,13 +153,15 @@ def _resolve_request(request: object, batch: _Batch) -> StatsRequest:
 
 
 def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleList]:
-    """The model body (without LM head) and its list of decoder layers."""
+    """The model body (without LM head) and its list of decoder layers (``.layers``, or GPT-2's ``.h``)."""
     body = getattr(model, "base_model", model)
     layers = getattr(body, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
+        layers = getattr(body, "h", None)
+    if not isinstance(layers, torch.nn.ModuleList):
         raise TypeError(
-            f"expected a decoder-only Transformers model whose body ({type(body).__name__}) has `.layers`, "
-            f"got {type(model).__name__}"
+            f"expected a decoder-only Transformers model whose body ({type(body).__name__}) holds its "
+            f"decoder layers in `.layers` (or `.h`), got {type(model).__name__}"
         )
     return body, layers
 
@@ -424,6 +426,7 @@ def record_forward(
         logit_stats = _logit_block(model, out[0], ids, seen) if logits else None
         if len(decoder_layers) in kept:
             capture._keep(len(decoder_layers), out[0])
+    recorder.check_reached(model)
     done = tuple(i for i in scored if i in recorder.results)
     rows, lookups, columns = _stack_layers([recorder.results[i] for i in done])
     return ForwardStats(
