@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES, load_model, record_forward
+from flashstats_hf import ATTN_IMPLEMENTATION, LOGIT_STAT_NAMES, CachedRecorder, load_model, record_forward
 from flashstats_kernels import StatsRequest
 from tokenizers import Tokenizer, models
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -181,6 +181,9 @@ def test_layers_that_never_reach_the_attention_function_raise():
     ids = torch.randint(3, 101, (1, 9))
     with pytest.raises(RuntimeError, match=r"layers \[0, 1\] of CodeGenForCausalLM never called"):
         record_forward(model, ids, response_start=5)
+    recorder = CachedRecorder(model, prompt_len=5)  # streaming: the first call already fails
+    with recorder, torch.no_grad(), pytest.raises(RuntimeError, match="computes attention itself"):
+        recorder.feed(ids[:, :5])
 
 
 def test_a_layer_without_its_index_is_named(helpers):

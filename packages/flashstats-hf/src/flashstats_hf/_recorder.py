@@ -8,6 +8,7 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,13 +98,35 @@ class LayerStats:
     columns: ColumnStats | None
 
 
+def check_reached(planned: Iterable[int], reached: set[int], model: object) -> None:
+    """Raise if a planned layer never called the ``"attnstats"`` attention during a model call.
+
+    That happens when a model family computes attention itself instead of through Transformers'
+    attention interface, when its attention modules carry no ``layer_idx``, or for the layers of a
+    hybrid model that have no attention: such layers would otherwise come back silently unscored.
+    """
+    missing = sorted(i for i in planned if i not in reached)
+    if missing:
+        hint = (
+            "leave them out with layers=... (layers without attention, as in hybrid models)"
+            if reached
+            else "this model computes attention itself instead of through Transformers' attention "
+            "interface (ALL_ATTENTION_FUNCTIONS), or its attention modules have no `layer_idx`, so "
+            "its statistics cannot be recorded"
+        )
+        raise RuntimeError(
+            f"flashstats: layers {missing} of {type(model).__name__} never called the 'attnstats' "
+            f"attention with their layer index; {hint}"
+        )
+
+
 @dataclass
 class Recorder:
     """Context manager that makes the ``"attnstats"`` attention score the planned layers."""
 
     plan: Plan
     results: dict[int, LayerStats] = field(default_factory=dict)
-    seen: set[int] = field(default_factory=set)
+    reached: set[int] = field(default_factory=set)
     """Layer indices whose attention called the ``"attnstats"`` function (scored or not)."""
     _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
     _token: Token[Recorder | None] | None = None
@@ -125,25 +148,8 @@ class Recorder:
         return isinstance(layer_idx, int) and layer_idx in self.plan.layers
 
     def check_reached(self, model: object) -> None:
-        """Raise if a planned layer never reached the ``"attnstats"`` attention during the forward.
-
-        That happens when a model family computes attention itself instead of through Transformers'
-        attention interface, or when its attention modules carry no ``layer_idx``: its layers would
-        otherwise come back silently unscored.
-        """
-        missing = [i for i in self.plan.layers if i not in self.seen]
-        if missing:
-            hint = (
-                "leave them out with layers=... (layers without attention, as in hybrid models)"
-                if self.seen
-                else "this model computes attention itself instead of through Transformers' attention "
-                "interface (ALL_ATTENTION_FUNCTIONS), or its attention modules have no `layer_idx`, so "
-                "its statistics cannot be recorded"
-            )
-            raise RuntimeError(
-                f"flashstats: layers {missing} of {type(model).__name__} never called the 'attnstats' "
-                f"attention with their layer index; {hint}"
-            )
+        """Raise if a planned layer never reached the ``"attnstats"`` attention (see `check_reached`)."""
+        check_reached(self.plan.layers, self.reached, model)
 
     def matches(self, query: torch.Tensor, key: torch.Tensor) -> bool:
         """Whether a layer call covers the recorded input (self-attention over all ``L`` positions)."""

@@ -157,8 +157,8 @@ def flashstats_attention_forward(
     structured = attention_mask is None or attention_mask.ndim == 2
     exotic = kwargs.get("position_bias") is not None or not causal or not structured
     cached = getattr(recorder, "cached", False)  # a CachedRecorder (generation, streamed chunks)
-    if recorder is not None and not cached and isinstance(layer_idx, int):
-        recorder.seen.add(layer_idx)  # checked after the forward (`Recorder.check_reached`)
+    if recorder is not None and isinstance(layer_idx, int):
+        recorder.reached.add(layer_idx)  # checked after the model call (`_recorder.check_reached`)
     if cached and recorder.wants(layer_idx):
         if kwargs.get("position_bias") is not None or not causal:
             raise ValueError(

@@ -32,7 +32,7 @@ from flashstats_kernels import (
     decode_attention,
 )
 
-from flashstats_hf._recorder import _ACTIVE, activate, deactivate
+from flashstats_hf._recorder import _ACTIVE, activate, check_reached, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
@@ -159,6 +159,7 @@ class CachedRecorder:
         )
         self.cache, self.capacity = cache, max(1, int(capacity))
         self.seen = 0  # host mirror of the tokens in the cache
+        self.reached: set[int] = set()  # layers whose attention ran in the current model call
         self.length: torch.Tensor | None = None  # [] int64 on the device: tokens in the cache
         self.buf: _Buffers | None = None
         self._sinks: torch.Tensor | None = None  # [B, S] padded positions
@@ -212,6 +213,7 @@ class CachedRecorder:
         if torch.is_grad_enabled():
             raise RuntimeError("CachedRecorder records inference only: run the model under torch.no_grad()")
         b, q = ids.shape
+        self.reached.clear()
         if self.seen == 0:
             self._start(ids, kwargs.get("attention_mask"))
         if self.seen == 0 and q < self.prompt_len:
@@ -230,6 +232,7 @@ class CachedRecorder:
 
     def _after(self, module, args, kwargs, output) -> None:
         """Post-hook of the model: logit statistics of the call's answer tokens, then the token count."""
+        check_reached(self.layers, self.reached, self.model)
         c = self._now
         if self.logits:
             self._logit_stats(output.logits, c)
