@@ -39,3 +39,25 @@ def test_predict_json_example_has_the_documented_keys():
     text = (DOCS / "guide" / "cli.md").read_text()
     (example,) = re.findall(r'^`(\{"id": .*\})`$', text, re.MULTILINE)
     assert list(json.loads(example)) == list(PREDICT)
+
+
+def _help_texts(parser) -> list[str]:
+    """Every description and help string of a parser and its sub-commands."""
+    import argparse
+
+    texts = [parser.description or ""]
+    for action in parser._actions:  # noqa: SLF001
+        texts.append(action.help or "")
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            texts += [choice.help or "" for choice in action._choices_actions]  # noqa: SLF001
+            for sub in action.choices.values():
+                texts += _help_texts(sub)
+    return texts
+
+
+@pytest.mark.parametrize("module", ["halluprobe.cli", "halujudge.cli", "halubench_data.cli"])
+def test_no_help_text_shows_an_unformatted_placeholder(module):
+    """A help string written without its ``f`` prints ``{name}`` literally (so would the reference page)."""
+    parser = __import__(module, fromlist=["build_parser"]).build_parser()
+    found = [t for t in _help_texts(parser) if re.search(r"\{[A-Za-z_][\w.()]*\}", t)]
+    assert not found, found

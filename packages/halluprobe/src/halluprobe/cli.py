@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(
             f"select-{block.lower()}",
             help=f"choose {block}'s {n} {what} features once by grouped 5-fold CV on a training split "
-            "(paper Appendix L.1); writes a selection JSON for train --{block.lower()}-selection",
+            f"(paper Appendix L.1); writes a selection JSON for train --{block.lower()}-selection",
         )
         _add_data_args(p)
         p.add_argument(
