@@ -112,6 +112,20 @@ def test_self_generation_scores_equal_teacher_forced(detector, sample):
         next(StreamingScorer(detector).generate(context, max_new_tokens=0))
 
 
+def test_generation_stops_at_the_models_end_of_turn_token(detector, monkeypatch):
+    """An end token that only the generation config names (SmolLM2's ``<|im_end|>``) ends the answer."""
+    rng = np.random.default_rng(7)
+    context, question = _text(rng, 10), _text(rng, 2)
+    scorer = StreamingScorer(detector)
+    ids = [t for u in scorer.generate(context, question, max_new_tokens=6) for t in u.token_ids]
+    cut = next(i for i in range(1, len(ids)) if ids[i] not in ids[:i])  # first new token after the start
+    model = detector.extractor().model
+    monkeypatch.setattr(model.generation_config, "eos_token_id", [99, ids[cut]])
+    updates = list(scorer.generate(context, question, max_new_tokens=6))
+    assert [t for u in updates for t in u.token_ids] == ids[:cut]
+    assert updates[-1].done and updates[-1].answer_tokens == cut
+
+
 def test_follower_errors(detector):
     follower = StreamingScorer(detector).follow("w1 w2", "w3")
     assert follower.add("   ") is None

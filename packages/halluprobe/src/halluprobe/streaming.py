@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,8 +99,10 @@ class StreamingScorer:
     ) -> Iterator[StreamUpdate]:
         """The proxy answers itself; yields one update per generated token (the last one ``done``).
 
-        Generation stops at the tokenizer's end-of-sequence token (not part of the answer) or after
-        ``max_new_tokens``. Sampling draws from ``softmax(logits / temperature)`` with a seeded generator.
+        Generation stops at an end token (not part of the answer: the tokenizer's end of sequence or
+        one of the model's generation-config ``eos_token_id``, such as a chat model's end of turn) or
+        after ``max_new_tokens``. Sampling draws from ``softmax(logits / temperature)`` with a seeded
+        generator.
 
         Yields:
             [`StreamUpdate`][halluprobe.StreamUpdate] after each answer token has been read.
@@ -115,7 +118,7 @@ class StreamingScorer:
         prompt = format_prompt(tok, context, question)
         rec = self._recorder(len(prompt))
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        eos = getattr(tok, "eos_token_id", None)
+        stop = _stop_ids(ext.model, tok)
         ids: list[int] = []
         with rec:
             logits = rec.feed(torch.tensor([prompt], device=dev))
@@ -125,7 +128,7 @@ class StreamingScorer:
                 nxt = int(torch.multinomial(torch.softmax(scores / temperature, -1), 1, generator=gen))
             else:
                 nxt = int(scores.argmax())
-            if nxt == eos:  # the answer ended before max_new_tokens: a closing update
+            if nxt in stop:  # the answer ended before max_new_tokens: a closing update
                 if ids:
                     yield self._update(rec, ids, 0, done=True)
                 return
@@ -133,6 +136,23 @@ class StreamingScorer:
                 logits = rec.feed(torch.tensor([[nxt]], device=dev))
             ids.append(nxt)
             yield self._update(rec, ids, 1, done=step == max_new_tokens - 1)
+
+
+def _stop_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
+    """Token ids that end a generated answer.
+
+    The tokenizer's end of sequence and the model's generation-config ``eos_token_id`` (an int or a
+    list): SmolLM2's end of turn ``<|im_end|>`` is only in the latter (its GGUF tokenizer names
+    ``<|im_start|>``).
+    """
+    ids: set[int] = set()
+    config = getattr(model, "generation_config", None)
+    for value in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
 
 
 class Follower:
