@@ -233,3 +233,14 @@ def test_load_model_from_a_local_folder(helpers, tmp_path):
         load_model(tmp_path / "missing.gguf")
     with pytest.raises(TypeError, match="torch.dtype"):
         load_model(tmp_path, dtype="float32")
+
+
+def test_load_model_names_families_without_the_attention_interface(tmp_path):
+    """Falcon keeps its own attention table: Transformers' KeyError becomes an error that says why."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    FalconForCausalLM(
+        FalconConfig(vocab_size=11, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    ).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="fixed table of its own"):
+        load_model(tmp_path)

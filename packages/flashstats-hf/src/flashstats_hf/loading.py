@@ -205,6 +205,15 @@ def load_model(
             path, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION
         )
         tokenizer = AutoTokenizer.from_pretrained(path)
+    except KeyError as err:
+        if ATTN_IMPLEMENTATION not in str(err):
+            raise
+        raise ValueError(
+            f"{path}: this model family picks its attention from a fixed table of its own (Falcon, "
+            "GPT-J, ...) instead of Transformers' attention interface, so it cannot run with "
+            f"attn_implementation={ATTN_IMPLEMENTATION!r}; use a family that goes through the interface "
+            "(Llama, Qwen, Mistral, Gemma, GPT-2, ...)"
+        ) from err
     except OSError as err:
         if path != DEFAULT_HUB_ID:
             raise
