@@ -77,6 +77,18 @@ def bench_ms(fn: Callable[[], object], *, rep: int = 60, warmup: int = 15) -> fl
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def kernel_us(prof, calls: int) -> dict[str, float]:
+    """Device microseconds per call of each CUDA kernel a ``torch.profiler`` run recorded.
+
+    Kernels only: an operator's self device time repeats the time of the kernels it launched.
+    """
+    return {
+        e.key: e.self_device_time_total / calls
+        for e in prof.key_averages()
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.self_device_time_total > 0
+    }
+
+
 class Deadline:
     """Wall-clock budget of one script, so that a device call ends inside its limit."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import triton.testing
-from _perf import LongCsv, markdown_table
+from _perf import LongCsv, kernel_us, markdown_table
 from flashstats_kernels import ColumnState, StatsRequest, decode_attention
 
 SHAPES = {  # query heads, KV heads, head dim, layers (to scale a call to a step)
@@ -61,11 +61,7 @@ def _kernel_us(fn, calls: int = 20) -> dict[str, float]:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    out: dict[str, float] = {}
-    for ev in prof.key_averages():
-        if ev.device_type.name == "CUDA" and ev.self_device_time_total > 0:
-            out[ev.key[:40]] = ev.self_device_time_total / calls
-    return out
+    return {name[:40]: us for name, us in kernel_us(prof, calls).items()}
 
 
 def sweep(args: argparse.Namespace) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from _perf import LongCsv
+from _perf import LongCsv, kernel_us
 from flashstats_hf import DEFAULT_REQUEST, CachedRecorder, GraphedDecodeStep, record_forward
 from flashstats_kernels import StatsRequest
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen3Config, StaticCache
@@ -215,11 +215,9 @@ def memory_rows(model, ctx: int, answers: tuple[int, ...], chunk: int, device: s
                 rec.feed(ids[:, at : at + chunk])
         _sync(device)
         peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0  # the CPU runs the code only
-        bf = rec.buf
-        assert bf is not None and isinstance(rec.cache, DynamicCache)
+        assert isinstance(rec.cache, DynamicCache)
         cache = _bytes(*(t for layer in rec.cache.layers for t in (layer.keys, layer.values)))
-        kept = _bytes(bf.rows, bf.diag_prev, bf.sinks, bf.logits, bf.hidden, bf.key_mask)
-        kept += _bytes(*(t for c in bf.columns for t in (c.sum, c.count)))
+        kept = rec.buffer_bytes()
         mib = 1 << 20
         residual = (peak - weights - cache - kept) / mib
         out.append({"answer": answer, "peak": (peak - weights) / mib, "kv_cache": cache / mib,
@@ -290,9 +288,7 @@ def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]
                 _sync(device)
         events = prof.key_averages()
         attr = "device_time_total" if device == "cuda" else "cpu_time_total"
-        # kernels only: an operator's self device time repeats the time of the kernels it launched
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-        totals[provider] = sum(e.self_device_time_total for e in kernels) / 5 / 1e3
+        totals[provider] = sum(kernel_us(prof, 5).values()) / 1e3
         tables.append(
             f"== {provider}: {totals[provider]:.3f} device ms per step\n"
             + events.table(sort_by=attr, row_limit=25)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flashstats_hf import CachedRecorder, GraphedDecodeStep, record_forward
+from flashstats_hf import LOGIT_STAT_NAMES, CachedRecorder, GraphedDecodeStep, record_forward
 from flashstats_kernels import StatsRequest
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
@@ -153,6 +153,28 @@ def test_scored_layers_subset_and_no_logits(helpers):
     )
     assert got.layers == (1,) and got.lookups is None and got.columns is None and got.logit_stats is None
     torch.testing.assert_close(got.rows.entropy, ref.rows.entropy, **TOL)
+
+
+def test_buffer_bytes_count_every_output_slot_and_the_column_state(helpers):
+    """Two layers, 4 query heads, 2 sinks, 2 hidden layers of 64: the sizes from the shapes alone."""
+    model, _ = helpers.tiny_models("llama")
+    ids, mask, _ = helpers.padded_batch([13, 13], [5, 5])
+    req = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0, 1))
+    rec = CachedRecorder(model, prompt_len=8, request=req, hidden_layers=(0, -1), capacity=2)
+    assert rec.buffer_bytes() == 0
+    sizes = []
+    with rec:
+        rec.feed(ids[:, :8])
+        for at in range(8, 13):
+            rec.feed(ids[:, at : at + 1])
+            a, keys = rec.capacity, rec.buf.key_mask.shape[1]
+            b, nl, hq, s, nh, dm = 2, 2, 4, 2, 2, 64
+            v = len(LOGIT_STAT_NAMES)  # 56 logit statistics per answer token
+            per_token = b * nl * hq * a * (5 + 2 + s) + b * a * v + b * nh * a * dm  # float32 slots
+            per_key = nl * (b * hq * keys + b * keys)  # column sums and counts, float32
+            assert rec.buffer_bytes() == 4 * (per_token + per_key) + b * keys  # + the bool key mask
+            sizes.append(rec.buffer_bytes())
+    assert rec.capacity == 8 and sizes == sorted(sizes) and sizes[0] < sizes[-1]  # 2 -> 4 -> 8 slots
 
 
 def test_errors_name_what_was_expected(helpers):

@@ -50,7 +50,7 @@ class _Buffers:
     rows: torch.Tensor  # [5, B, NL, Hq, A]
     diag_prev: torch.Tensor  # [2, B, NL, Hq, A]
     sinks: torch.Tensor  # [B, NL, Hq, A, S]
-    logits: torch.Tensor  # [B, A, 7]
+    logits: torch.Tensor  # [B, A, V] (V = len(LOGIT_STAT_NAMES))
     hidden: torch.Tensor  # [B, NH, A, Dm]
     columns: list[ColumnState]  # one per scored layer, [B, Hq, L]
     key_mask: torch.Tensor  # [B, L] bool, True on real tokens (answer tokens are always real)
@@ -519,12 +519,26 @@ class CachedRecorder:
         )  # fmt: skip
         return out.logits[:, -1]
 
+    def buffer_bytes(self) -> int:
+        """Bytes the recorder holds on the device (0 before the first call).
+
+        Its per-answer-token output slots (rows, lookups, logit statistics, hidden states; the answer
+        capacity, doubled as it fills) and its per-key state (each scored layer's column sums and counts,
+        and the key mask). With the KV cache, that is the memory following an answer needs.
+        """
+        bf = self.buf
+        if bf is None:
+            return 0
+        tensors = [bf.rows, bf.diag_prev, bf.sinks, bf.logits, bf.hidden, bf.key_mask]
+        tensors += [t for c in bf.columns for t in (c.sum, c.count)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def stats(self) -> ForwardStats:
         """Statistics of the answer tokens so far, as [`flashstats_hf.record_forward`][] returns them.
 
         Returns:
             ForwardStats of copies (later calls do not change them): rows / lookups ``[B, NL, Hq, A]``,
-            columns ``[B, NL, Hq, L]`` (``L`` tokens so far), logit statistics ``[B, A, 7]``, hidden
+            columns ``[B, NL, Hq, L]`` (``L`` tokens so far), logit statistics ``[B, A, V]``, hidden
             states ``[B, NH, A, Dm]``, with ``A`` the answer tokens so far.
         """
         if self.buf is None:
