@@ -35,6 +35,7 @@ class Inputs:
     n_boot: int
     n_paired: int
     threads: int
+    token_views: tuple = ("mean+hidden",)
 
 
 _INPUTS: list[Inputs] = []
@@ -94,12 +95,15 @@ def _localisation(n_boot: int):
     store, tasks = TokenStore(inp.work / "tokens"), [t for t in data.RAGTRUTH_TASKS if t in inp.done]
     if not tasks:
         raise ValueError("localisation needs at least one extracted RAGTruth task")
-    split = {s: [(t, store.example(ex)) for t in tasks for ex in inp.datasets[t].split(s).examples]
-             for s in ("train", "validation", "test")}  # fmt: skip
-    logprob = split["train"][0][1].features.shape[1] - len(
-        LOGIT_STAT_NAMES
-    )  # first logit stat: answer_logprob
-    return suite.localisation_runs(split, logprob, tasks, n_bootstrap=n_boot)
+
+    def split_of(view: str) -> dict:
+        return {s: [(t, store.example(ex, view)) for t in tasks for ex in inp.datasets[t].split(s).examples]
+                for s in ("train", "validation", "test")}  # fmt: skip
+
+    split = split_of("mean")
+    logprob = split["train"][0][1].features.shape[1] - len(LOGIT_STAT_NAMES)  # first logit stat: logprob
+    views = {v: split_of(v) for v in inp.token_views}
+    return suite.localisation_runs(split, logprob, tasks, n_bootstrap=n_boot, views=views)
 
 
 def _job(spec: tuple):
@@ -127,7 +131,9 @@ def _guarded(stage: str, fn, default):
         return default
 
 
-def _inputs(data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int) -> Inputs:
+def _inputs(
+    data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int, token_views: tuple = ("mean+hidden",)
+) -> Inputs:
     from halluprobe import FeatureCache, rank_heads
 
     ext = json.loads((work / "extract.json").read_text())
@@ -138,12 +144,19 @@ def _inputs(data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int)
         order=rank_heads(np.asarray(ext["induction"]), tuple(ext["layers"])),
         judge=json.loads(judge_path.read_text()) if judge_path.exists() else None, extract=ext, work=work,
         done=frozenset(ext.get("complete", data.ALL)), n_boot=n_boot, n_paired=n_paired,
-        threads=max(1, (os.cpu_count() or 1) // n_jobs),
+        threads=max(1, (os.cpu_count() or 1) // n_jobs), token_views=tuple(token_views),
     )  # fmt: skip
 
 
-def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paired: int = 100_000) -> None:
-    """The whole analysis into ``out``, written after the fits, the transfer and the localisation."""
+def analyze(
+    data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paired: int = 100_000,
+    token_views: tuple = ("mean+hidden",),
+) -> None:  # fmt: skip
+    """The whole analysis into ``out``, written after the fits, the transfer and the localisation.
+
+    ``token_views``: the feature views (`halluprobe.suite.VIEW_NAMES`) given a token probe beside the
+    head-mean ones.
+    """
     from halluprobe import suite
     from halluprobe.tables import write_outputs
 
@@ -155,7 +168,7 @@ def analyze(data_dir: Path, work: Path, out: Path, n_boot: int = 10_000, n_paire
         jobs.append(("pooled", max(1000, n_boot // 5)))
     if any(t in done for t in data.RAGTRUTH_TASKS):
         jobs.append(("loc", max(200, n_boot // 50)))
-    _INPUTS[:] = [_inputs(Path(data_dir), Path(work), n_boot, n_paired, len(jobs))]
+    _INPUTS[:] = [_inputs(Path(data_dir), Path(work), n_boot, n_paired, len(jobs), token_views)]
     inp = _INPUTS[0]
     cost_path = Path(work) / "cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.exists() else None

@@ -194,7 +194,8 @@ def phase_analyze(args) -> None:
     """Fit and evaluate everything from the caches; write tables, plots and JSON to ``--out``."""
     from analysis import analyze
 
-    analyze(args.data, args.work, args.out, n_boot=args.n_boot, n_paired=args.n_paired)
+    views = tuple(v for v in args.token_views.split(",") if v)
+    analyze(args.data, args.work, args.out, n_boot=args.n_boot, n_paired=args.n_paired, token_views=views)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--deadline", type=float, default=None, help="Unix time after which extract/judge/cost stop"
     )
     p.add_argument("--n-paired", type=int, default=100_000, help="resamples of the paired tests")
+    p.add_argument(
+        "--token-views", default="mean+hidden",
+        help="comma-separated token feature views given a token probe beside the head-mean ones "
+        "(halluprobe.suite.VIEW_NAMES; empty for none)",
+    )  # fmt: skip
     return p
 
 

@@ -198,8 +198,96 @@ def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, cha
     te = store.example(ex)
     want = token_features(fs, 0, recs[0].answer_len).astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(te.features, want)
+    for view in ("heads", "mean+hidden", "heads+hidden"):  # every view from the one stored file
+        want = token_features(fs, 0, recs[0].answer_len, view).astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(store.example(ex, view).features, want)
     np.testing.assert_array_equal(
         te.offsets, token_offsets(ext.tokenizer, TRIPLES[0][2], encoded[0][0][encoded[0][1] :])
     )
     assert te.gold.sum() == 4 and te.gold[13:17].all() and te.group == "g"
     assert len(list((tmp_path / "tokens").glob("*.npz"))) == 2
+
+
+def test_token_views_are_blocks_of_the_recorded_forward(ext):
+    from halluprobe.localisation import TOKEN_VIEWS, compose_view, token_parts
+    from halluprobe.records import head_series
+
+    _, _, fs, recs = _examples(ext, TRIPLES[:2])
+    a = recs[1].answer_len
+    parts = token_parts(fs, 1, a)
+    series = head_series(fs, 1, a)  # [NL, H, 8, A]
+    nl, h, s, _ = series.shape
+    v = fs.logit_stats.shape[-1]
+    dm = fs.hidden.shape[-1]
+    assert {k: p.shape for k, p in parts.items()} == {
+        "mean": (a, nl * s), "heads": (a, nl * h * s), "hidden": (a, len(ext.hidden_layers) * dm), "logits": (a, v),
+    }  # fmt: skip
+    # column (layer, head, statistic) of the per-head block is that statistic of that head
+    np.testing.assert_allclose(parts["heads"][:, (1 * h + 3) * s + 2], np.nan_to_num(series[1, 3, 2].numpy()))
+    np.testing.assert_allclose(parts["mean"], parts["heads"].reshape(a, nl, h, s).mean(2).reshape(a, -1), atol=1e-6)
+    np.testing.assert_array_equal(parts["hidden"], fs.hidden[1, 0, :a].numpy())
+    for view in TOKEN_VIEWS:
+        feats = token_features(fs, 1, a, view)
+        np.testing.assert_array_equal(feats[:, -v:], parts["logits"])  # the logit statistics come last
+        width = {"mean": nl * s, "heads": nl * h * s}[view.split("+")[0]] + ("hidden" in view) * dm + v
+        assert feats.shape == (a, width) and feats.dtype == np.float32
+        np.testing.assert_array_equal(feats, compose_view(parts, view))
+    np.testing.assert_array_equal(token_features(fs, 1, a), token_features(fs, 1, a, "mean"))
+    with pytest.raises(ValueError, match=r"unknown token feature view 'hidden'; expected one of"):
+        token_features(fs, 1, a, "hidden")
+    no_hidden = dict(parts, hidden=np.zeros((a, 0), np.float32))
+    with pytest.raises(ValueError, match=r"needs hidden states \(record the forward with hidden_layers\)"):
+        compose_view(no_hidden, "heads+hidden")
+
+
+def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, detector, tmp_path, monkeypatch):
+    items, encoded, fs, recs = _examples(ext, TRIPLES * 2)
+    rng = np.random.default_rng(1)
+    examples = [
+        TokenExample(token_features(fs, b, recs[b].answer_len, "mean+hidden"),
+                     token_offsets(ext.tokenizer, it.answer, ids[start:]), rng.random(len(it.answer)) < 0.4, it.id)
+        for b, (it, (ids, start)) in enumerate(zip(items, encoded, strict=True))
+    ]  # fmt: skip
+    probe = fit_token_probe(examples[:6], examples[6:], windows=(0,), view="mean+hidden")
+    assert probe.view == "mean+hidden"
+    Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    loaded = Detector.load(tmp_path / "d")
+    assert loaded.token_probe.view == "mean+hidden"
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    (pred,) = loaded.predict_batch([TRIPLES[0]])
+    _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
+    feats = token_features(fs1, 0, rec.answer_len, "mean+hidden")
+    want = probe.spans(feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2]))
+    assert pred.spans == want
+    # the probe refuses features of another view, naming the one it reads
+    with pytest.raises(ValueError, match=r"reads \d+ features per token \(view 'mean\+hidden', window 0\)"):
+        probe.decision_function(token_features(fs1, 0, rec.answer_len, "mean"))
+    # a saved view the package does not know is refused at load
+    doc = json.loads((tmp_path / "d" / "detector.json").read_text())
+    doc["token_probe"]["view"] = "every head"
+    from halluprobe import detector_file as dfile
+
+    doc.pop("integrity")
+    doc["integrity"] = dfile.document_digest(doc)
+    (tmp_path / "d" / "detector.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"token probe view must be one of .*'every head'"):
+        Detector.load(tmp_path / "d")
+
+
+def test_token_store_refuses_incomplete_parts_and_old_files(tmp_path):
+    from types import SimpleNamespace
+
+    from halluprobe.localisation import TokenStore
+
+    store = TokenStore(tmp_path)
+    parts = {k: np.ones((3, 2), np.float32) for k in ("mean", "heads", "hidden", "logits")}
+    with pytest.raises(ValueError, match=r"token parts \['logits'\] missing"):
+        store.write("x", {k: v for k, v in parts.items() if k != "logits"}, np.zeros((3, 2), np.int32))
+    with pytest.raises(ValueError, match="every token part must have 4 rows"):
+        store.write("x", parts, np.zeros((4, 2), np.int32))
+    assert not list(tmp_path.iterdir())  # nothing half-written
+    ex = SimpleNamespace(id="old", answer="abcdef", spans=(), group="g")
+    with open(store.path("old"), "wb") as f:  # a file of the earlier single-array format
+        np.savez(f, feats=np.ones((3, 2), np.float16), offsets=np.zeros((3, 2), np.int32))
+    with pytest.raises(ValueError, match="not a token store file of this version"):
+        store.example(ex)

@@ -195,5 +195,36 @@ def test_results_page_renders_a_written_folder(tmp_path, two_tasks, record_facto
     assert f"task_a {best['method']} {best['auroc']:.3f}" in page
     plain = next(r for r in loc["results"] if r["method"] == suite.PLAIN_NAME and r["task"] == "all")
     verdict = "met" if plain["token_auroc"] >= 0.82 else "missed"
-    assert f"| {suite.PLAIN_NAME} | {plain['token_auroc']:.3f} ({verdict}) |" in page
+    mark = " (chosen by validation span F1)" if loc["chosen"] == suite.PLAIN_NAME else ""
+    assert f"| {suite.PLAIN_NAME}{mark} | {plain['token_auroc']:.3f} ({verdict}) |" in page
     assert "window 0, smoothing 0, gap 0" in page and "0.589" in page
+
+
+def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
+    from halluprobe.localisation import TokenExample
+
+    rng = np.random.default_rng(7)
+    split = {s: _tokens(rng, n, "a") for s, n in (("train", 40), ("validation", 20), ("test", 20))}
+
+    def sharper(items):  # the same answers with one more, almost noiseless column (a "hidden state")
+        return [(t, TokenExample(np.concatenate([e.labels[:, None] * 3.0 + rng.normal(0, 0.1, (len(e.labels), 1)),
+                                                 e.features], 1).astype(np.float32), e.offsets, e.gold, e.group))
+                for t, e in items]  # fmt: skip
+
+    views = {"mean+hidden": {s: sharper(v) for s, v in split.items()}}
+    loc = suite.localisation_runs(split, 1, ["a"], n_bootstrap=10, views=views)
+    name = suite.VIEW_NAMES["mean+hidden"]
+    assert list(loc["fit"]) == [suite.PLAIN_NAME, suite.CONTEXT_NAME, name]
+    assert loc["fit"][name]["view"] == "mean+hidden" and loc["fit"][suite.PLAIN_NAME]["view"] == "mean"
+    assert loc["chosen"] == name and loc["fit"][name]["chosen"]
+    assert not loc["fit"][suite.PLAIN_NAME]["chosen"]
+    f1 = {n: f["val_span_f1"] for n, f in loc["fit"].items()}
+    assert f1[name] == max(f1.values()) and f1[name] > f1[suite.PLAIN_NAME]
+    rows = {(r["method"], r["task"]): r for r in loc["results"]}
+    assert rows[name, "all"]["span_f1"] > rows[suite.PLAIN_NAME, "all"]["span_f1"]
+    assert len(loc["results"]) == 8  # 4 scorers x (all, a)
+    with pytest.raises(ValueError, match="unknown token view 'hidden'"):
+        suite.localisation_runs(split, 1, ["a"], n_bootstrap=2, views={"hidden": views["mean+hidden"]})
+    short = {s: v[:-1] for s, v in views["mean+hidden"].items()}
+    with pytest.raises(ValueError, match="must hold the same examples"):
+        suite.localisation_runs(split, 1, ["a"], n_bootstrap=2, views={"heads": short})

@@ -62,6 +62,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``halluprobe`` argument parser (no heavy imports)."""
+    from halluprobe.localisation import TOKEN_VIEWS
+
     parser = clikit.make_parser(
         "halluprobe",
         "Hallucination detectors on proxy-model attention statistics, hidden states and logits.",
@@ -89,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-probe", action="store_true",
         help="also fit a token probe on the dataset's annotated spans (localisation: token AUROC and "
         "character span F1 in results.json); every saved detector carries it and `predict --spans` uses it",
+    )  # fmt: skip
+    p.add_argument(
+        "--token-view", default="mean+hidden", choices=TOKEN_VIEWS,
+        help="the token probe's per-token features: attention statistics averaged over heads (mean) or of "
+        "every head (heads), with the middle layer's hidden state (+hidden); logit statistics always "
+        "(default mean+hidden)",
     )  # fmt: skip
     p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
@@ -300,7 +308,9 @@ def _token_examples(ds, ext, args) -> dict:
     out = {}
     for split in ("train", "validation", "test"):
         clikit.status(f"per-token features: {split}")
-        out[split] = token_examples(ds.split(split).examples, ext, batch_size=args.batch_size)
+        out[split] = token_examples(
+            ds.split(split).examples, ext, batch_size=args.batch_size, view=args.token_view
+        )
     return out
 
 
@@ -332,6 +342,7 @@ def cmd_train(args) -> int:
         published=not args.no_published,
         toha=args.toha,
         token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
+        token_view=args.token_view,
         **_selections(args),
     )
     out = Path(args.out)

@@ -32,7 +32,7 @@ from halubench_data.files import atomic_path, atomic_write_bytes
 from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import sha256_file
-from halluprobe.localisation import TokenProbe
+from halluprobe.localisation import TOKEN_VIEWS, TokenProbe
 from halluprobe.numeric import sigmoid
 from halluprobe.protocol import ProbeFit
 
@@ -152,6 +152,7 @@ class Detector:
             else {
                 **{k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
                 **{k: int(getattr(tp, k)) for k in ("window", "smooth", "gap")},
+                "view": tp.view,
             },
         }
         doc["integrity"] = dfile.document_digest(doc)
@@ -311,7 +312,7 @@ class Detector:
         prob, token_probs = self._scores(fs, b, record)
         offsets = token_offsets(ext.tokenizer, answer, ids[start:])
         if self.token_probe is not None:
-            feats = token_features(fs, b, record.answer_len)
+            feats = token_features(fs, b, record.answer_len, self.token_probe.view)
             spans = self.token_probe.spans(feats, offsets, len(answer))
         else:
             spans = decode_spans(offsets, token_probs, self.fit.threshold, len(answer))
@@ -360,7 +361,12 @@ def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> 
     decoding = {k: meta.get(k, 0) for k in ("window", "smooth", "gap")}  # absent: saved before they existed
     if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 64 for v in decoding.values()):
         raise ValueError(f"{where}: token probe window/smooth/gap must be integers in 0..64, got {decoding}")
-    return TokenProbe(mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]), **decoding)
+    view = meta.get("view", "mean")  # absent: saved before views existed (the head-mean features)
+    if view not in TOKEN_VIEWS:
+        raise ValueError(f"{where}: token probe view must be one of {TOKEN_VIEWS}, got {view!r}")
+    return TokenProbe(
+        mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]), **decoding, view=view
+    )
 
 
 def _no_constant(name: str) -> None:

@@ -273,11 +273,11 @@ class ProxyExtractor:
 
     def _store_tokens(self, batch: list[Any], encoded: list[tuple[list[int], int]], fs) -> None:
         """Write each answer's per-token features and character offsets to `token_store`."""
-        from halluprobe.localisation import token_features, token_offsets
+        from halluprobe.localisation import token_offsets, token_parts
 
         for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
-            feats = token_features(fs, b, int(fs.answer_len[b]))
-            self.token_store.write(ex.id, feats, token_offsets(self.tokenizer, ex.answer, ids[start:]))
+            parts = token_parts(fs, b, int(fs.answer_len[b]))
+            self.token_store.write(ex.id, parts, token_offsets(self.tokenizer, ex.answer, ids[start:]))
 
     def _replayed(self, batch: list[Any], encoded: list[tuple[list[int], int]]) -> list[ExampleRecord]:
         """Records from graph replays, one example at a time (TOHA, if asked, still runs batched)."""

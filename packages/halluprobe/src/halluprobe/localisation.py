@@ -42,15 +42,19 @@ __all__ = [
     "MAX_TRAIN_TOKENS",
     "SMOOTHS",
     "TOKEN_CS",
+    "TOKEN_PARTS",
+    "TOKEN_VIEWS",
     "WINDOWS",
     "SpanResult",
     "TokenExample",
     "TokenProbe",
     "TokenStore",
     "char_mask",
+    "check_view",
     "choose_decoding",
     "choose_span_threshold",
     "close_gaps",
+    "compose_view",
     "context_features",
     "decode_spans",
     "evaluate_spans",
@@ -62,9 +66,10 @@ __all__ = [
     "token_examples",
     "token_features",
     "token_offsets",
+    "token_parts",
 ]
 
-TOKEN_CS: tuple[float, ...] = (0.01, 0.1, 1.0)
+TOKEN_CS: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.1, 1.0)
 """Regularisation strengths of the token probe, ascending (ties go to the smaller)."""
 MAX_TRAIN_TOKENS = 200_000
 """At most this many training tokens (a seeded uniform sample) fit the token probe."""
@@ -120,25 +125,81 @@ def close_gaps(flags: np.ndarray, gap: int) -> np.ndarray:
     return f | ((last >= 0) & (nxt < len(f)) & (nxt - last - 1 <= gap))
 
 
-def token_features(fs: ForwardStats, b: int, length: int) -> np.ndarray:
-    """``[A, NL * 8 + V] float32``: per-token head-mean attention statistics of every layer + logit stats.
+TOKEN_VIEWS: tuple[str, ...] = ("mean", "heads", "mean+hidden", "heads+hidden")
+"""Per-token feature views (`token_features`): attention statistics averaged over heads (``mean``) or of
+every head (``heads``), optionally with the recorded hidden states (``+hidden``); logit statistics always."""
+TOKEN_PARTS: tuple[str, ...] = ("mean", "heads", "hidden", "logits")
+"""The blocks a view is assembled from (`token_parts`, stored by `TokenStore`)."""
+
+
+def check_view(view: str) -> str:
+    """``view`` when it is one of `TOKEN_VIEWS`, else a ValueError naming them."""
+    if view not in TOKEN_VIEWS:
+        raise ValueError(f"unknown token feature view {view!r}; expected one of {TOKEN_VIEWS}")
+    return view
+
+
+def token_parts(fs: ForwardStats, b: int, length: int) -> dict[str, np.ndarray]:
+    """The per-token blocks of example ``b`` (float32, non-finite values as 0), keyed by `TOKEN_PARTS`.
+
+    - ``mean``: ``[A, NL * 8]`` head-mean `halluprobe.records.HEAD_STATS` of every scored layer
+      (columns ordered layer, statistic);
+    - ``heads``: ``[A, NL * H * 8]`` the same statistics of every head (layer, head, statistic);
+    - ``hidden``: ``[A, NH * Dm]`` the recorded hidden states at the answer tokens (``[A, 0]`` when the
+      forward kept none);
+    - ``logits``: ``[A, V]`` logit statistics.
 
     Args:
         fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
         b: Example index in the batch.
         length: Its answer length ``A``.
-
-    Non-finite values (an undefined statistic) become 0.
     """
     from halluprobe.records import head_series
 
     if fs.logit_stats is None:
         raise ValueError("token features need the forward's logit statistics (record with logits=True)")
-    heads = head_series(fs, b, length).mean(1)  # [NL, len(HEAD_STATS), A]: the mean over heads
-    att = heads.reshape(-1, length).T.cpu().numpy()
-    logit = fs.logit_stats[b, :length].float().cpu().numpy()
-    feats = np.concatenate([att, logit], 1).astype(np.float32)
-    return np.nan_to_num(feats, nan=0.0, posinf=0.0, neginf=0.0)
+    series = head_series(fs, b, length)  # [NL, H, len(HEAD_STATS), A]
+    hidden = (
+        fs.hidden[b, :, :length].float().permute(1, 0, 2).reshape(length, -1).cpu().numpy()
+        if fs.hidden is not None
+        else np.zeros((length, 0), np.float32)
+    )
+    parts = {
+        "mean": series.mean(1).reshape(-1, length).T.numpy(),
+        "heads": series.reshape(-1, length).T.numpy(),
+        "hidden": hidden,
+        "logits": fs.logit_stats[b, :length].float().cpu().numpy(),
+    }
+    return {k: np.nan_to_num(v.astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0) for k, v in parts.items()}
+
+
+def compose_view(parts: dict[str, np.ndarray], view: str = "mean") -> np.ndarray:
+    """``[A, F] float32`` features of ``view`` from `token_parts`: attention block, hidden states, logits.
+
+    The logit statistics are always the last ``V`` columns (the answer token's log-probability first).
+    """
+    att, _, hid = check_view(view).partition("+")
+    blocks = [parts[att]] + ([parts["hidden"]] if hid else []) + [parts["logits"]]
+    if hid and parts["hidden"].shape[1] == 0:
+        raise ValueError(f"token view {view!r} needs hidden states (record the forward with hidden_layers)")
+    return np.concatenate(blocks, 1).astype(np.float32)
+
+
+def token_features(fs: ForwardStats, b: int, length: int, view: str = "mean") -> np.ndarray:
+    """``[A, F] float32``: the per-token features of one view (`TOKEN_VIEWS`) of example ``b``.
+
+    ``view="mean"`` (the default): ``[A, NL * 8 + V]`` head-mean attention statistics of every layer and
+    the logit statistics; ``"heads"``: every head's (``[A, NL * H * 8 + V]``); ``+hidden`` adds the
+    recorded hidden states before the logit statistics. Non-finite values (an undefined statistic) become 0.
+
+    Args:
+        fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
+        b: Example index in the batch.
+        length: Its answer length ``A``.
+        view: One of `TOKEN_VIEWS`.
+    """
+    check_view(view)
+    return compose_view(token_parts(fs, b, length), view)
 
 
 def token_offsets(tokenizer, answer: str, ids: Sequence[int]) -> np.ndarray:
@@ -335,14 +396,26 @@ class TokenProbe:
     """Half-width of the moving average of the token logits (`smooth_scores`; 0 = none)."""
     gap: int = 0
     """Gaps of at most this many tokens between flagged tokens are flagged too (`close_gaps`)."""
+    view: str = "mean"
+    """The per-token features it reads (one of `TOKEN_VIEWS`, `token_features`)."""
+
+    def __post_init__(self):
+        check_view(self.view)
 
     def decision_function(self, features: np.ndarray) -> np.ndarray:
-        """``[A]`` token scores (higher = more likely hallucinated) of ``[A, F]`` `token_features`.
+        """``[A]`` token scores (higher = more likely hallucinated) of ``[A, F]`` `token_features` of `view`.
 
         The logits of the probe on `context_features` (in the features' float dtype, as
         scikit-learn's ``decision_function``), smoothed over ``smooth`` tokens on each side.
         """
-        z = (context_features(features, self.window) - self.mean) / self.scale
+        x = context_features(features, self.window)
+        if x.ndim != 2 or x.shape[1] != len(self.mean):
+            raise ValueError(
+                f"the token probe reads {len(self.mean)} features per token (view {self.view!r}, window "
+                f"{self.window}); got {x.shape[1:]}: build them with token_features(..., view={self.view!r}) "
+                "from a forward recorded like the training one"
+            )
+        z = (x - self.mean) / self.scale
         # in the features' dtype, as scikit-learn's decision_function: the same numbers to the last bit
         coef, intercept = (
             self.coef.astype(z.dtype).reshape(1, -1).T,
@@ -370,12 +443,13 @@ def _stack(examples: Sequence[TokenExample], window: int = 0) -> tuple[np.ndarra
 def fit_token_probe(
     train: Sequence[TokenExample], validation: Sequence[TokenExample], *, cs: Sequence[float] = TOKEN_CS,
     max_train_tokens: int = MAX_TRAIN_TOKENS, seed: int = 42, windows: Sequence[int] = WINDOWS,
-    smooths: Sequence[int] = SMOOTHS, gaps: Sequence[int] = GAPS,
+    smooths: Sequence[int] = SMOOTHS, gaps: Sequence[int] = GAPS, view: str = "mean",
 ) -> TokenProbe:  # fmt: skip
     """Fit on training tokens; window and ``C`` by validation token AUROC; decoding by validation span F1.
 
     Ties go to the smaller window and ``C``; `choose_decoding` then picks ``smooth``, ``gap`` and the
-    threshold. With ``windows=smooths=gaps=(0,)`` this is the plain token probe.
+    threshold. With ``windows=smooths=gaps=(0,)`` this is the plain token probe. ``view`` names the
+    `TOKEN_VIEWS` entry the examples' features were built with (saved with the probe).
 
     Raises:
         ValueError: when the training tokens lack a label.
@@ -383,6 +457,7 @@ def fit_token_probe(
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
+    check_view(view)
     views: dict[int, tuple] = {}
     for w in sorted(set(windows)):
         x, y = _stack(train, w)
@@ -406,7 +481,7 @@ def fit_token_probe(
     mu, sd = views[w][2], views[w][3]
     views.clear()
     probe = TokenProbe(mu, sd, lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), float(c),
-                       float("nan"), float(auc), window=int(w))  # fmt: skip
+                       float("nan"), float(auc), window=int(w), view=view)  # fmt: skip
     raw = [probe.decision_function(e.features) for e in validation]
     if tuple(smooths) == (0,) and tuple(gaps) == (0,):
         sm, g, thr = 0, 0, choose_span_threshold(validation, raw)
@@ -493,36 +568,43 @@ def evaluate_spans(
     )  # fmt: skip
 
 
-def token_examples(examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8) -> list[TokenExample]:
+def token_examples(
+    examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8, view: str = "mean"
+) -> list[TokenExample]:
     """Per-token features, character offsets and annotated characters of halubench-data examples.
 
     Args:
         examples: `halubench_data.Example`s (their ``spans`` mark the hallucinated characters).
         ext: a `halluprobe.ProxyExtractor` (its eager recorded forward is used, batched by length).
         batch_size: examples per forward.
+        view: The features (`TOKEN_VIEWS`); ``+hidden`` views use the extractor's ``hidden_layers``.
 
     Returns:
         One `TokenExample` per example, in input order.
     """
     from halluprobe.extract import plan_batches
 
+    check_view(view)
     encoded = [ext.encode(ex) for ex in examples]
     out: list[TokenExample | None] = [None] * len(examples)
     for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
         fs = ext.forward([encoded[i] for i in idx])
         for b, i in enumerate(idx):
             (ids, start), ex = encoded[i], examples[i]
-            feats = token_features(fs, b, int(fs.answer_len[b]))
+            feats = token_features(fs, b, int(fs.answer_len[b]), view)
             offsets = token_offsets(ext.tokenizer, ex.answer, ids[start:])
             out[i] = TokenExample(feats, offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group))
     return [e for e in out if e is not None]
 
 
 def fit_and_evaluate(
-    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500
+    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500, view: str = "mean"
 ) -> tuple[TokenProbe, SpanResult]:
-    """Fit a token probe on ``splits["train"]`` / ``["validation"]`` and score ``["test"]`` once."""
-    probe = fit_token_probe(splits["train"], splits["validation"])
+    """Fit a token probe on ``splits["train"]`` / ``["validation"]`` and score ``["test"]`` once.
+
+    ``view``: the `TOKEN_VIEWS` entry the examples' features were built with (saved with the probe).
+    """
+    probe = fit_token_probe(splits["train"], splits["validation"], view=view)
     test = splits["test"]
     scores = [probe.decision_function(e.features) for e in test]
     return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap, gap=probe.gap)
@@ -530,10 +612,10 @@ def fit_and_evaluate(
 
 @dataclass(frozen=True)
 class TokenStore:
-    """A folder of per-answer token data (`token_features` as float16, `token_offsets`), one ``.npz`` each.
+    """A folder of per-answer token data (`token_parts` as float16, `token_offsets`), one ``.npz`` each.
 
     Written during extraction (`halluprobe.ProxyExtractor`'s ``token_store``), read back as
-    `TokenExample` objects with the answer's annotated characters.
+    `TokenExample` objects of any view (`TOKEN_VIEWS`) with the answer's annotated characters.
     """
 
     root: Path
@@ -545,15 +627,36 @@ class TokenStore:
 
         return Path(self.root) / (hashlib.sha1(example_id.encode()).hexdigest()[:20] + ".npz")
 
-    def write(self, example_id: str, features: np.ndarray, offsets: np.ndarray) -> None:
-        """Store one answer's ``[A, F]`` features (as float16) and ``[A, 2]`` offsets, atomically."""
+    def write(self, example_id: str, parts: dict[str, np.ndarray], offsets: np.ndarray) -> None:
+        """Store one answer's `token_parts` (float16, ``[A, *]`` each) and ``[A, 2]`` offsets atomically."""
         from halubench_data.files import atomic_path
 
+        missing = [k for k in TOKEN_PARTS if k not in parts]
+        if missing:
+            raise ValueError(
+                f"token parts {missing} missing; expected the blocks {TOKEN_PARTS} (token_parts)"
+            )
+        n = len(offsets)
+        if any(len(parts[k]) != n for k in TOKEN_PARTS):
+            raise ValueError(f"every token part must have {n} rows (one per offset)")
+        arrays = {k: np.asarray(parts[k]).astype(np.float16) for k in TOKEN_PARTS}
         with atomic_path(self.path(example_id)) as tmp, open(tmp, "wb") as f:
-            np.savez(f, feats=np.asarray(features).astype(np.float16), offsets=np.asarray(offsets))
+            np.savez(f, offsets=np.asarray(offsets), **arrays)
 
-    def example(self, ex) -> TokenExample:
-        """The `TokenExample` of a ``halubench_data.Example`` (float32 features, non-finite values as 0)."""
-        z = np.load(self.path(ex.id))
-        feats = np.nan_to_num(z["feats"].astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0)
-        return TokenExample(feats, z["offsets"], char_mask(ex.spans, len(ex.answer)), str(ex.group))
+    def example(self, ex, view: str = "mean") -> TokenExample:
+        """The `TokenExample` of a ``halubench_data.Example`` in ``view`` (float32, non-finite as 0)."""
+        check_view(view)
+        path = self.path(ex.id)
+        with np.load(path) as z:
+            if not set(TOKEN_PARTS) <= set(z.files):
+                raise ValueError(
+                    f"{path}: not a token store file of this version (expected arrays {TOKEN_PARTS})"
+                )
+            parts = {
+                k: np.nan_to_num(z[k].astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+                for k in TOKEN_PARTS
+            }
+            offsets = z["offsets"]
+        return TokenExample(
+            compose_view(parts, view), offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group)
+        )

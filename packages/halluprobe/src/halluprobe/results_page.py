@@ -91,7 +91,8 @@ def _localisation(folder: Path, fits: Mapping[str, Any]) -> str:
         verdict = [
             f"{r[k]:.3f} ({'met' if r[k] >= TARGETS[k] else 'missed'})" for k in ("token_auroc", "span_f1")
         ]
-        lines.append(f"| {r['method']} | {verdict[0]} | {verdict[1]} |\n")
+        mark = " (chosen by validation span F1)" if fits.get(r["method"], {}).get("chosen") else ""
+        lines.append(f"| {r['method']}{mark} | {verdict[0]} | {verdict[1]} |\n")
     lines.append(
         f"\nFor reference, LettuceDetect-large-v1 reports a span-level F1 of {LETTUCEDETECT_SPAN_F1:.3f} on "
         "RAGTruth (Kovács and Recski 2025, arXiv:2502.17125). What differs: a 395M-parameter "

@@ -10,8 +10,9 @@ The protocol of the paper's evaluation (Section 5.3, Appendix M), on records alr
   detectors vs text-only baselines), Holm-corrected within each family.
 - `cross_task` and `pooled_transfer`: probes (and the published detectors) applied at their own
   validation threshold to other datasets.
-- `localisation_runs`: token probes (plain and with context) and the negative log-probability on
-  annotated spans (`halluprobe.localisation`).
+- `localisation_runs`: token probes (plain, with context, on richer feature views; the one with the best
+  validation span F1 chosen) and the negative log-probability on annotated spans
+  (`halluprobe.localisation`).
 
 Nothing here looks at test labels before the final scoring.
 """
@@ -272,6 +273,12 @@ PLAIN: dict[str, tuple[int, ...]] = {"windows": (0,), "smooths": (0,), "gaps": (
 """The plain token probe: the token's own features, no smoothing, no gap merging."""
 PLAIN_NAME = "token probe (attention + logits)"
 CONTEXT_NAME = "token probe + context, smoothing, gap merging"
+VIEW_NAMES: dict[str, str] = {
+    "mean+hidden": "token probe + hidden state + context, smoothing, gap merging",
+    "heads": "token probe (every head) + context, smoothing, gap merging",
+    "heads+hidden": "token probe (every head) + hidden state + context, smoothing, gap merging",
+}
+"""Row names of the probes on the other feature views (`halluprobe.localisation.TOKEN_VIEWS`)."""
 LOGPROB_NAME = "negative log-probability"
 
 
@@ -283,7 +290,9 @@ def _context_probe(plain, train, val, max_tokens: int):
     """
     from halluprobe.localisation import WINDOWS, choose_decoding, fit_token_probe
 
-    wide = fit_token_probe(train, val, windows=[w for w in WINDOWS if w > 0], max_train_tokens=max_tokens)
+    wide = fit_token_probe(
+        train, val, windows=[w for w in WINDOWS if w > 0], max_train_tokens=max_tokens, view=plain.view
+    )
     if wide.val_auroc > plain.val_auroc + 1e-12:
         return wide
     sm, gap, thr, _ = choose_decoding(val, [plain.decision_function(e.features) for e in val])
@@ -293,19 +302,26 @@ def _context_probe(plain, train, val, max_tokens: int):
 def localisation_runs(
     split: Mapping[str, Sequence[tuple[str, Any]]], logprob_column: int, tasks: Sequence[str], *,
     n_bootstrap: int = 500, context_tokens: int = 100_000,
+    views: Mapping[str, Mapping[str, Sequence[tuple[str, Any]]]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Token probes (plain; with context and decoding searched) and the negative log-probability.
+    """Token probes (plain; with context and decoding searched; other views) and the negative log-probability.
+
+    Every token probe is fitted on train with ``C``, window and decoding chosen on validation; the one
+    with the best validation span F1 is the run's ``"chosen"`` scorer. The test split is scored once.
 
     Args:
-        split: ``{"train" | "validation" | "test": [(task, TokenExample), ...]}``.
-        logprob_column: Feature column of the answer token's log-probability.
+        split: ``{"train" | "validation" | "test": [(task, TokenExample), ...]}`` of the ``"mean"`` view.
+        logprob_column: Feature column of the answer token's log-probability (in ``split``'s features).
         tasks: Tasks scored one by one after the pooled ``"all"``.
         n_bootstrap: Resamples of the intervals.
         context_tokens: Training tokens (a seeded sample) of the wider view (three times the features):
             fewer than the plain probe's 200,000, to bound the time.
+        views: More feature views, ``{view: split}`` with the same examples in the same order (keys of
+            `VIEW_NAMES`); each gets a probe with its window and decoding searched.
 
     Returns:
-        ``{"fit": {name: choices}, "n_features": F, "results": [rows: method, task, SpanResult fields]}``.
+        ``{"fit": {name: choices}, "chosen": name, "n_features": F, "results": [rows: method, task,
+        SpanResult fields]}``.
     """
     from halluprobe.localisation import choose_span_threshold, evaluate_spans, fit_token_probe
 
@@ -314,18 +330,47 @@ def localisation_runs(
         train, val, windows=PLAIN["windows"], smooths=PLAIN["smooths"], gaps=PLAIN["gaps"]
     )
     probes = {PLAIN_NAME: plain, CONTEXT_NAME: _context_probe(plain, train, val, context_tokens)}
-    methods = {n: (p.decision_function, p.threshold, p.gap) for n, p in probes.items()}
+    tests = dict.fromkeys(probes, split["test"])
+    for view, vsplit in (views or {}).items():
+        if view not in VIEW_NAMES:
+            raise ValueError(
+                f"unknown token view {view!r} for localisation_runs; expected one of {list(VIEW_NAMES)}"
+            )
+        if [len(vsplit[s]) for s in SPLITS] != [len(split[s]) for s in SPLITS]:
+            raise ValueError(f"view {view!r} must hold the same examples as the 'mean' split")
+        vt, vv = [e for _, e in vsplit["train"]], [e for _, e in vsplit["validation"]]
+        vplain = fit_token_probe(vt, vv, view=view, **PLAIN)
+        probes[VIEW_NAMES[view]] = _context_probe(vplain, vt, vv, context_tokens)
+        tests[VIEW_NAMES[view]] = vsplit["test"]
+    fit = {}
+    for name, p in probes.items():
+        vsplit = split if p.view == "mean" else views[p.view]  # type: ignore[index]
+        vv = [e for _, e in vsplit["validation"]]
+        f1 = _span_f1(p, vv)
+        fit[name] = {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
+                     "gap": p.gap, "threshold": p.threshold, "view": p.view, "val_span_f1": f1}  # fmt: skip
+    chosen = max(fit, key=lambda n: (fit[n]["val_span_f1"], -list(fit).index(n)))
+    for name in fit:
+        fit[name]["chosen"] = name == chosen
+    methods = {n: (p.decision_function, p.threshold, p.gap, tests[n]) for n, p in probes.items()}
     lp = lambda f: -f[:, logprob_column]
-    methods[LOGPROB_NAME] = (lp, choose_span_threshold(val, [lp(e.features) for e in val]), 0)
-    fit = {n: {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth, "gap": p.gap,
-               "threshold": p.threshold} for n, p in probes.items()}  # fmt: skip
-    out: dict[str, Any] = {"fit": fit, "n_features": int(train[0].features.shape[1]), "results": []}
-    for name, (fn, thr, gap) in methods.items():
+    methods[LOGPROB_NAME] = (lp, choose_span_threshold(val, [lp(e.features) for e in val]), 0, split["test"])
+    out: dict[str, Any] = {"fit": fit, "chosen": chosen, "n_features": int(train[0].features.shape[1]),
+                           "results": []}  # fmt: skip
+    for name, (fn, thr, gap, test) in methods.items():
         for task in ("all", *tasks):
-            items = [e for t, e in split["test"] if task in ("all", t)]
+            items = [e for t, e in test if task in ("all", t)]
             res = evaluate_spans(
                 items, [fn(e.features) for e in items], thr, n_bootstrap=n_bootstrap, gap=gap
             )
             row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
             out["results"].append({"method": name, "task": task, **row})
     return out
+
+
+def _span_f1(probe, examples: Sequence[Any]) -> float:
+    """Micro character span F1 of a fitted token probe on ``examples`` (its threshold and gap)."""
+    from halluprobe.localisation import span_counts, span_prf
+
+    scores = [probe.decision_function(e.features) for e in examples]
+    return float(span_prf(span_counts(examples, scores, probe.threshold, probe.gap).sum(0))[2])

@@ -230,8 +230,12 @@ def localisation_markdown(rows: Sequence[Mapping[str, Any]], fits: Mapping[str, 
     head = ["scorer", "test", "token AUROC [95% CI]", "span P", "span R", "span F1 [95% CI]", "token F1",
             "answers / tokens"]  # fmt: skip
     chosen = "".join(
-        f"\n- {name}: C = {f['C']}, validation token AUROC {f['val_token_auroc']:.3f}, window {f['window']}, "
-        f"smoothing {f['smooth']}, gap {f['gap']}, threshold {f['threshold']:.4g}."
+        f"\n- {name}: features {f.get('view', 'mean')}, C = {f['C']}, validation token AUROC "
+        f"{f['val_token_auroc']:.3f}, window {f['window']}, smoothing {f['smooth']}, gap {f['gap']}, "
+        f"threshold {f['threshold']:.4g}"
+        + (f", validation span F1 {f['val_span_f1']:.3f}" if "val_span_f1" in f else "")
+        + (" (**the scorer chosen by validation span F1**)" if f.get("chosen") else "")
+        + "."
         for name, f in fits.items()
     )
     return _md(head, body) + ("\nChosen on validation:\n" + chosen + "\n" if fits else "")

@@ -86,7 +86,7 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
 
 def run_training(
     ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True,
-    toha: bool = False, token_examples: dict | None = None, **selections,
+    toha: bool = False, token_examples: dict | None = None, token_view: str = "mean", **selections,
 ) -> str:  # fmt: skip
     """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
 
@@ -94,7 +94,8 @@ def run_training(
     With ``token_examples`` (``{"train", "validation", "test"}`` lists of
     `halluprobe.localisation.TokenExample`), a token probe is fitted with the same protocol, scored
     on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
-    with every detector, whose predictions then carry its spans.
+    with every detector, whose predictions then carry its spans; ``token_view`` names the
+    `halluprobe.localisation.TOKEN_VIEWS` entry those examples were built with.
     """
     from flashstats_hf import LOGIT_STAT_NAMES
     from halubench_data import text_only_scores
@@ -130,11 +131,11 @@ def run_training(
         from halluprobe.localisation import fit_and_evaluate
 
         clikit.status("fitting the token probe (localisation)")
-        token_probe, span_result = fit_and_evaluate(token_examples)
+        token_probe, span_result = fit_and_evaluate(token_examples, view=token_view)
         extra["localisation"] = {
             "C": token_probe.C,
             "val_token_auroc": token_probe.val_auroc,
-            **{k: getattr(token_probe, k) for k in ("window", "smooth", "gap")},
+            **{k: getattr(token_probe, k) for k in ("window", "smooth", "gap", "view")},
             **asdict(span_result),
         }
     y_val = labels["validation"]
