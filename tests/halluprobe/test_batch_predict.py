@@ -219,12 +219,15 @@ def test_token_views_are_blocks_of_the_recorded_forward(ext):
     nl, h, s, _ = series.shape
     v = fs.logit_stats.shape[-1]
     dm = fs.hidden.shape[-1]
+    nh = len(ext.hidden_layers)
     assert {k: p.shape for k, p in parts.items()} == {
-        "mean": (a, nl * s), "heads": (a, nl * h * s), "hidden": (a, len(ext.hidden_layers) * dm), "logits": (a, v),
+        "mean": (a, nl * s), "heads": (a, nl * h * s), "hidden": (a, nh * dm), "logits": (a, v),
     }  # fmt: skip
     # column (layer, head, statistic) of the per-head block is that statistic of that head
     np.testing.assert_allclose(parts["heads"][:, (1 * h + 3) * s + 2], np.nan_to_num(series[1, 3, 2].numpy()))
-    np.testing.assert_allclose(parts["mean"], parts["heads"].reshape(a, nl, h, s).mean(2).reshape(a, -1), atol=1e-6)
+    np.testing.assert_allclose(
+        parts["mean"], parts["heads"].reshape(a, nl, h, s).mean(2).reshape(a, -1), atol=1e-6
+    )
     np.testing.assert_array_equal(parts["hidden"], fs.hidden[1, 0, :a].numpy())
     for view in TOKEN_VIEWS:
         feats = token_features(fs, 1, a, view)
@@ -245,7 +248,8 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     rng = np.random.default_rng(1)
     examples = [
         TokenExample(token_features(fs, b, recs[b].answer_len, "mean+hidden"),
-                     token_offsets(ext.tokenizer, it.answer, ids[start:]), rng.random(len(it.answer)) < 0.4, it.id)
+                     token_offsets(ext.tokenizer, it.answer, ids[start:]),
+                     rng.random(len(it.answer)) < 0.4, it.id)
         for b, (it, (ids, start)) in enumerate(zip(items, encoded, strict=True))
     ]  # fmt: skip
     probe = fit_token_probe(examples[:6], examples[6:], windows=(0,), view="mean+hidden")
@@ -257,7 +261,9 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
     feats = token_features(fs1, 0, rec.answer_len, "mean+hidden")
-    want = probe.spans(feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2]))
+    want = probe.spans(
+        feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
+    )
     assert pred.spans == want
     # the probe refuses features of another view, naming the one it reads
     with pytest.raises(ValueError, match=r"reads \d+ features per token \(view 'mean\+hidden', window 0\)"):

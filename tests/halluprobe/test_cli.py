@@ -36,6 +36,11 @@ def test_train_defaults_and_options():
     assert args.dataset == "default" and args.out == "runs/default" and args.limit == "auto"
     assert args.proxy is None and args.device == "auto" and args.layers is None
     assert "A7H64" in args.feature_sets.split(",")
+    assert args.token_view == "mean+hidden" and not args.token_probe
+    assert build_parser().parse_args(["train", "--token-view", "heads"]).token_view == "heads"
+    with pytest.raises(SystemExit) as exc:  # not a view: argparse's usage error
+        build_parser().parse_args(["train", "--token-view", "hidden"])
+    assert exc.value.code == 2
     args = build_parser().parse_args(
         ["train", "--dataset", "x.jsonl", "--proxy", "p", "--feature-sets", "A7,ALL", "--device", "cpu",
          "--out", "o", "--limit", "10", "--layers", "0-2,5"]

@@ -207,9 +207,12 @@ def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
     split = {s: _tokens(rng, n, "a") for s, n in (("train", 40), ("validation", 20), ("test", 20))}
 
     def sharper(items):  # the same answers with one more, almost noiseless column (a "hidden state")
-        return [(t, TokenExample(np.concatenate([e.labels[:, None] * 3.0 + rng.normal(0, 0.1, (len(e.labels), 1)),
-                                                 e.features], 1).astype(np.float32), e.offsets, e.gold, e.group))
-                for t, e in items]  # fmt: skip
+        out = []
+        for t, e in items:
+            extra = e.labels[:, None] * 3.0 + rng.normal(0, 0.1, (len(e.labels), 1))
+            feats = np.concatenate([extra, e.features], 1).astype(np.float32)
+            out.append((t, TokenExample(feats, e.offsets, e.gold, e.group)))
+        return out
 
     views = {"mean+hidden": {s: sharper(v) for s, v in split.items()}}
     loc = suite.localisation_runs(split, 1, ["a"], n_bootstrap=10, views=views)

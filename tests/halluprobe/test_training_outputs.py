@@ -74,8 +74,9 @@ def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factor
         "test": _token_split(rng, 20),
     }
     run_training(ds, _records(ds, record_factory), ext, ["L9"], tmp_path, proxy=None, published=False,
-                 token_examples=tokens)  # fmt: skip
+                 token_examples=tokens, token_view="heads+hidden")  # fmt: skip
     loc = json.loads((tmp_path / "results.json").read_text())["localisation"]
     assert loc["token_auroc"] > 0.8 and 0 < loc["span_f1"] <= 1 and loc["n_answers"] == 20
     probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
     assert probe is not None and probe.threshold == loc["threshold"] and probe.C == loc["C"]
+    assert probe.view == loc["view"] == "heads+hidden"  # the view travels with the saved probe

@@ -639,9 +639,10 @@ class TokenStore:
         n = len(offsets)
         if any(len(parts[k]) != n for k in TOKEN_PARTS):
             raise ValueError(f"every token part must have {n} rows (one per offset)")
-        arrays = {k: np.asarray(parts[k]).astype(np.float16) for k in TOKEN_PARTS}
+        arrays: dict[str, np.ndarray] = {k: np.asarray(parts[k]).astype(np.float16) for k in TOKEN_PARTS}
+        arrays["offsets"] = np.asarray(offsets)
         with atomic_path(self.path(example_id)) as tmp, open(tmp, "wb") as f:
-            np.savez(f, offsets=np.asarray(offsets), **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]
 
     def example(self, ex, view: str = "mean") -> TokenExample:
         """The `TokenExample` of a ``halubench_data.Example`` in ``view`` (float32, non-finite as 0)."""

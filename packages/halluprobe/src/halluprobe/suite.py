@@ -339,7 +339,9 @@ def localisation_runs(
         if [len(vsplit[s]) for s in SPLITS] != [len(split[s]) for s in SPLITS]:
             raise ValueError(f"view {view!r} must hold the same examples as the 'mean' split")
         vt, vv = [e for _, e in vsplit["train"]], [e for _, e in vsplit["validation"]]
-        vplain = fit_token_probe(vt, vv, view=view, **PLAIN)
+        vplain = fit_token_probe(
+            vt, vv, windows=PLAIN["windows"], smooths=PLAIN["smooths"], gaps=PLAIN["gaps"], view=view
+        )
         probes[VIEW_NAMES[view]] = _context_probe(vplain, vt, vv, context_tokens)
         tests[VIEW_NAMES[view]] = vsplit["test"]
     fit = {}
