@@ -1,10 +1,12 @@
 """Token-level localisation: per-token features, a token probe, character spans and span F1.
 
-A token probe scores every answer token (higher = more likely inside a hallucinated span) from the
-token's head-mean attention statistics of every scored layer (`halluprobe.records.HEAD_STATS`)
-and its logit statistics. It follows the sequence probes' protocol: a class-balanced logistic
-regression fitted on the training tokens (a token is positive when it overlaps an annotated span),
-``C`` in `TOKEN_CS` chosen by validation token AUROC, then the threshold by validation span F1.
+A token probe scores every answer token (higher = more likely inside a hallucinated span) from one
+view of the token's features (`TOKEN_VIEWS`, `token_features`): the attention statistics of every
+scored layer (`halluprobe.records.HEAD_STATS`) averaged over heads (``"mean"``) or of every head
+(``"heads"``), optionally the recorded hidden state (``"+hidden"``), and the logit statistics. It
+follows the sequence probes' protocol: a class-balanced logistic regression fitted on the training
+tokens (a token is positive when it overlaps an annotated span), ``C`` in `TOKEN_CS` chosen by
+validation token AUROC, then the threshold by validation span F1.
 
 Beyond the token's own features, a probe can read its neighbourhood (``window > 0``,
 `context_features`: the mean of the features over the tokens within ``window`` on each side, their
