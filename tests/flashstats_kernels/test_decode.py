@@ -374,3 +374,41 @@ def test_merge_blocks_tile_the_split_row_blocks(block_d, group_rows):
     cfg = decode_config(block_d, group_rows)
     assert cfg["BLOCK_M"] % cfg["MERGE_M"] == 0 and cfg["MERGE_M"] >= min(16, group_rows)
     assert block_d % cfg["MERGE_D"] == 0 and block_d // cfg["MERGE_D"] <= 4
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2], CASES[4], CASES[8]], ids=lambda c: c.id)
+def test_columns_inside_the_merge_launch_equal_their_own_launch(case, poisoned, monkeypatch):
+    """T3 run by the merge's launch (LSE merged again per column program) or by a launch of its own."""
+    from flashstats_kernels.ops.decode import fused
+
+    class Counted:
+        def __init__(self, kernel):
+            self.kernel, self.launches = kernel, 0
+
+        def __getitem__(self, grid):
+            self.launches += 1
+            return self.kernel[grid]
+
+    results = {}
+    for fuse_rows in (0, 64):  # never inside the merge's launch / always
+        monkeypatch.setattr(fused, "FUSE_COLUMNS_ROWS", fuse_rows)
+        counted = Counted(fused._columns_kernel)
+        monkeypatch.setattr(fused, "_columns_kernel", counted)
+        res, state = _run(case, "triton")
+        _assert_matches_reference(case, res, state)
+        assert counted.launches == (1 if fuse_rows == 0 else 0)
+        again, again_state = _run(case, "triton")
+        assert torch.equal(state.sum, again_state.sum) and torch.equal(state.count, again_state.count)
+        results[fuse_rows] = state
+    torch.testing.assert_close(results[0].sum, results[64].sum, atol=2e-6, rtol=2e-6)
+    assert torch.equal(results[0].count, results[64].count)
+
+
+def test_column_block_grows_with_the_column_work_and_stays_bounded():
+    from flashstats_kernels.ops.decode.fused import column_block
+
+    assert column_block(8220, 9, 512) == 512  # SmolLM2 at 8K: 17 x 9 programs
+    assert column_block(32796, 9, 512) == 1024
+    assert column_block(32796, 32, 512) == 2048  # Llama 8B at 32K: 17 x 32 programs
+    assert column_block(1 << 20, 64, 512) == 2048  # at most 4x the configured block
+    assert column_block(40, 2, 16) == 16  # never below it

@@ -1,6 +1,6 @@
 """Split-K decoding (flash-decoding) with T1, T2 and running T3 statistics: the launcher.
 
-Three launches per step (the kernels are in `kernels`), all with grids fixed by the tensor shapes
+Two or three launches per step (the kernels are in `kernels`), all with grids fixed by the tensor shapes
 (``kv_len`` is read on the device, so a step can be captured in a CUDA graph and replayed as the cache
 grows):
 
@@ -19,12 +19,16 @@ grows):
    lookup read off the merged LSE) is dealt over the column blocks, which all hold the merged state.
    The order is fixed, so results are bitwise identical across runs; the split count changes them
    only by fp32 rounding.
-3. ``_columns_kernel`` (T3 only): the split kernel also stores the scores of every (row, visible
+3. The running columns (T3 only): the split kernel also stores the scores of every (row, visible
    key) it computed, in log2 units, into a ``[B, Hq, R, Lc]`` float32 scratch; one program per (key
    block, batch x query head) turns them into weights with the merged LSE and adds them (and, for
    head 0, the row counts) to the running column state. No key is read twice: the pass reads 4 bytes
    per score instead of re-scoring the rows against the keys (``2 D`` bytes per key and KV head).
-   Each program owns its slots and runs the rows in a fixed order: no atomics.
+   Each program owns its slots and runs the rows in a fixed order: no atomics. Calls of at most
+   `FUSE_COLUMNS_ROWS` rows (decoding steps) run these programs in the merge's launch, after its
+   programs on the same 1-D grid, each merging its rows' LSE again from the split states (so no
+   program waits for another); calls of more rows launch ``_columns_kernel`` after the merge, which
+   reads the merged LSE.
 """
 
 from __future__ import annotations
@@ -61,6 +65,18 @@ def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
             "num_warps": 4}  # fmt: skip
 
 
+def column_block(cache: int, heads: int, col_n: int) -> int:
+    """Keys per columns program: ``col_n`` (the config's) up to 4x that, about 512 programs in all.
+
+    The columns programs share the merge's launch and so its register budget (`_merge_kernel`), which
+    leaves few programs per SM: with many (key block, query head) pairs each program takes a longer
+    key block, keeping more loads in flight per thread. Depends on the cache capacity alone, so a
+    captured step keeps its grid.
+    """
+    want = triton.next_power_of_2(max(1, -(-cache * heads // 512)))
+    return max(col_n, min(4 * col_n, want))
+
+
 def merge_split_block(splits: int, merge_m: int, merge_d: int) -> int:
     """Splits the merge kernel reads at once: a power of two up to 64 and no more than ``splits`` needs.
 
@@ -79,6 +95,13 @@ def default_splits(batch_kv: int, row_blocks: int, cache: int, block_n: int) -> 
     want = -(-264 // max(1, batch_kv * row_blocks))
     return max(1, min(want, 64, -(-cache // (4 * block_n))))
 
+
+FUSE_COLUMNS_ROWS = 1
+"""Calls of at most this many new rows per head run the running columns inside the merge's launch.
+
+Measured on the H200 (2026-12-02, one attention layer, all statistics): a decoding step (R = 1) is
+faster fused (SmolLM2 8K 20.6 -> 16.7 us, Qwen3 0.6B 8K 26.6 -> 22.9 us), a 16-row chunk slower
+(Llama 8B 8K 85.7 -> 100.7 us, 32K 157.9 -> 225.7 us: the columns then run at the merge's occupancy)."""
 
 SCORE_ELEMENTS = 1 << 25
 """Scratch scores of one launch with T3 (``B * Hq * R * Lc`` float32, 128 MiB): a call with more rows
@@ -198,20 +221,31 @@ def _decode_launch(
         ROWS=rows, SCORES=columns is not None, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
     )  # fmt: skip
     mm, md = cfg["MERGE_M"], cfg["MERGE_D"]
-    _merge_kernel[(bkv, triton.cdiv(g.group * g.R, mm), triton.cdiv(g.block_d, md))](
+    n_mb, n_db = triton.cdiv(g.group * g.R, mm), triton.cdiv(g.block_d, md)
+    n_merge = bkv * n_mb * n_db
+    # single-row calls (decoding steps) run the columns in the merge's launch; calls of more rows run
+    # them as a launch of their own (measured: 1.3x to 1.4x faster there, see FUSE_COLUMNS_ROWS)
+    fuse = columns is not None and g.R <= FUSE_COLUMNS_ROWS
+    col_n = column_block(g.L, g.B * g.Hq, cfg["COL_N"])
+    n_col = triton.cdiv(g.L, col_n) * g.B * g.Hq if fuse else 0
+    col_sum = columns.sum if columns is not None else scores
+    col_cnt = columns.count if columns is not None else scores
+    col_strides = (*col_sum.stride(), *col_cnt.stride()) if columns is not None else (0,) * 5
+    _merge_kernel[(n_merge + n_col,)](
         q, k, part, acc, out, lse, stats, diag, prev, sinks, pos, g.key_mask, plen, kvl, start,
+        scores, col_sum, col_cnt,
         *q.stride(), *k.stride(), *out.stride(), g.mask_stride, pos.stride(0),
-        *stats.stride(), *diag.stride(), *prev.stride(), *sinks.stride(),
+        *stats.stride(), *diag.stride(), *prev.stride(), *sinks.stride(), scores.stride(0), *col_strides,
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
-        n_split, ROWS=rows, LOOKUPS=sink_positions is not None, HAS_START=targets is not None, BLOCK_M=bm,
-        MERGE_M=mm, MERGE_D=md, SPLIT_BLOCK=merge_split_block(n_split, mm, md), **flags,
+        n_split, bkv, n_mb, n_db, n_merge, n_col, ROWS=rows, LOOKUPS=sink_positions is not None,
+        HAS_START=targets is not None, COLUMNS=fuse, BLOCK_M=bm, MERGE_M=mm, MERGE_D=md,
+        SPLIT_BLOCK=merge_split_block(n_split, mm, md), COL_N=col_n, **flags,
     )  # fmt: skip
-    if columns is not None:
+    if columns is not None and not fuse:
         _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
-            scores, lse, columns.sum, columns.count, g.key_mask, plen, kvl,
-            scores.stride(0), g.mask_stride, *columns.sum.stride(), *columns.count.stride(), g.Hq, g.R,
-            g.window, HAS_MASK=g.has_mask, HAS_WINDOW=g.has_window, BLOCK_N=cfg["COL_N"],
-            num_warps=cfg["num_warps"],
+            part, lse, scores, col_sum, col_cnt, g.key_mask, plen, kvl, scores.stride(0), g.mask_stride,
+            *col_strides, g.Hq, g.R, g.window, n_split, bkv, GROUP=g.group, HAS_MASK=g.has_mask,
+            HAS_WINDOW=g.has_window, BLOCK_M=bm, BLOCK_N=cfg["COL_N"], num_warps=cfg["num_warps"],
         )  # fmt: skip
     result = AttentionResult(out=out, lse=lse)
     if rows and targets is None:
@@ -243,4 +277,11 @@ def _row_outputs(
     return stats, diag, prev, sinks, targets.start
 
 
-__all__ = ["SCORE_ELEMENTS", "decode_triton", "default_splits", "merge_split_block"]
+__all__ = [
+    "FUSE_COLUMNS_ROWS",
+    "SCORE_ELEMENTS",
+    "column_block",
+    "decode_triton",
+    "default_splits",
+    "merge_split_block",
+]

@@ -137,8 +137,9 @@ def _merge_chunk(st, Part, Acc, n_slot, base, i_s, splits, m_m, o_d, m_d, BLOCK_
     return mx, b_l, b_acc, b_a, b_q2, b_pm, b_n + tl.sum(s_n, 0)
 
 
-@triton.jit(do_not_specialize=["R", "window", "S", "splits"])
-def _merge_kernel(
+@triton.jit
+def _merge_program(
+    i_bk, i_mb, i_db, n_bkv, n_db,
     Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen, Start,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
     stf, stb, sth, sta, sdb, sdh, sda, svb, svh, sva, ssb, ssh, ssa, sss,
@@ -148,15 +149,15 @@ def _merge_kernel(
     HAS_START: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """One program per (batch x KV head, block of ``MERGE_M`` rows, block of ``MERGE_D`` output columns).
+    """The merge of one program: KV head ``i_bk``, row block ``i_mb``, output column block ``i_db``.
+
+    ``MERGE_M`` rows and ``MERGE_D`` output columns, of ``n_bkv`` (batch x KV heads) and ``n_db`` column
+    blocks.
 
     ``MERGE_M`` divides the split kernel's ``BLOCK_M``, so a program's rows lie in one row block of the
     partial states. Every program merges the scalar states of its rows and its columns of the output;
     the per-row work (LSE and T1, each T2 lookup) is dealt over the column blocks (`_finish_rows`).
     """
-    i_bk = tl.program_id(0).to(tl.int64)
-    i_mb = tl.program_id(1)
-    i_db = tl.program_id(2)
     n_rb = tl.cdiv(GROUP * R, BLOCK_M)  # row blocks of the split kernel
     i_b = i_bk // Hkv
     i_kh = i_bk % Hkv
@@ -165,7 +166,7 @@ def _merge_kernel(
     i_rb = (i_mb * MERGE_M) // BLOCK_M  # the split kernel's row block of these rows
     o_d = i_db * MERGE_D + tl.arange(0, MERGE_D)
     m_d = o_d < D
-    n_slot = tl.num_programs(0) * n_rb * splits * BLOCK_M
+    n_slot = n_bkv * n_rb * splits * BLOCK_M
     base = (i_bk * n_rb + i_rb) * splits * BLOCK_M + o_m % BLOCK_M  # [MM] slots of split 0
     b_mx = tl.full([MERGE_M], -1.0e30, tl.float32)
     b_l = tl.zeros([MERGE_M], tl.float32)
@@ -196,7 +197,7 @@ def _merge_kernel(
         Q, K, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, Start,
         sqb, sqh, sqm, sqd, skb, skh, skn, skd, smb, spb, stf, stb, sth, sta, sdb, sdh, sda, svb, svh,
         sva, ssb, ssh, ssa, sss, Hq, R, S, scale, softcap, window, log_eps, kv_len, i_b, i_kh,
-        i_h, o_r, m_m, pos_q, b_mx, b_ls, has, b_nan, b_a, b_q2, b_pm, b_n, i_db, tl.num_programs(2),
+        i_h, o_r, m_m, pos_q, b_mx, b_ls, has, b_nan, b_a, b_q2, b_pm, b_n, i_db, n_db,
         D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, LOOKUPS, HAS_START, BLOCK_D,
     )  # fmt: skip
 
@@ -264,22 +265,50 @@ def _finish_rows(
             i_s += n_db
 
 
-@triton.jit(do_not_specialize=["R", "window"])
-def _columns_kernel(
-    Scores, Lse, Sum, Count, KeyMask, PromptLen, KvLen,
-    ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window,
-    HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """Add the weights of the ``R`` new rows of one query head to the column sums of a key block.
+@triton.jit
+def _row_lse2(Part, n_slot, base, splits, BLOCK_M: tl.constexpr, SPLIT_BLOCK: tl.constexpr):
+    """The merged LSE (log2 units) of one row from its partial states (slot ``base`` of split 0).
 
-    The scores are the split kernel's (log2 units); only (row, key) pairs that the row sees and that
-    count for T3 are read, so slots the split kernel did not write are never touched.
+    The same running merge of ``m`` and ``l`` as `_merge_chunk`, ``SPLIT_BLOCK`` splits at a time in
+    a fixed order (so bitwise identical across runs); NaN when a split's ``l`` is NaN, ``-inf`` for a
+    row that sees no key.
     """
-    i_n = tl.program_id(0)
-    i_bh = tl.program_id(1).to(tl.int64)  # batch x query head
+    b_mx = tl.max(tl.full([SPLIT_BLOCK], -1.0e30, tl.float32), 0)
+    b_l = tl.sum(tl.zeros([SPLIT_BLOCK], tl.float32), 0)
+    i_s = 0
+    while i_s < splits:
+        o_s = i_s + tl.arange(0, SPLIT_BLOCK)
+        m_s = o_s < splits
+        s_mx = tl.load(Part + o_s * BLOCK_M + base, mask=m_s, other=-1.0e30)
+        s_l = tl.load(Part + n_slot + o_s * BLOCK_M + base, mask=m_s, other=0.0)
+        mx = tl.maximum(b_mx, tl.max(s_mx, 0))
+        b_l = tl.exp2(b_mx - mx) * b_l + tl.sum(tl.exp2(s_mx - mx) * s_l, 0)
+        b_mx = mx
+        i_s += SPLIT_BLOCK
+    has = b_l > 0.0
+    b_nan = tl.where(b_l != b_l, float("nan"), 0.0)
+    return tl.where(has, b_mx + tl.log2(tl.where(has, b_l, 1.0)), float("-inf")) + b_nan
+
+
+@triton.jit
+def _columns_program(
+    i_n, i_bh, n_bkv, Part, Lse, Scores, Sum, Count, KeyMask, PromptLen, kv_len,
+    ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window, splits,
+    GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, LSE_FROM_PART: tl.constexpr,
+):  # fmt: skip
+    """Add the weights of the ``R`` new rows of query head ``i_bh`` to the column sums of key block ``i_n``.
+
+    The scores are the split kernel's (log2 units). Each row's LSE is merged again from the partial
+    states (``LSE_FROM_PART``, `_row_lse2`: this program then needs nothing from the merge programs
+    of its launch) or read from the merge's output ``Lse``. Only (row, key) pairs that the row sees
+    and that count for T3 are read, so slots the split kernel did not write are never touched.
+    """
     i_b = i_bh // Hq
     i_h = i_bh % Hq
-    kv_len = tl.load(KvLen)
+    i_bk = i_b * (Hq // GROUP) + i_h // GROUP  # its batch x KV head
+    n_rb = tl.cdiv(GROUP * R, BLOCK_M)
+    n_slot = n_bkv * n_rb * splits * BLOCK_M
     if i_n * BLOCK_N < kv_len:
         o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         m_n = o_n < kv_len
@@ -293,7 +322,12 @@ def _columns_kernel(
         i_r = 0
         while i_r < R:  # the rows in a fixed order
             pos_q = kv_len - R + i_r
-            b_lse2 = tl.load(Lse + i_bh * R + i_r) * 1.4426950408889634
+            if LSE_FROM_PART:
+                o_m = (i_h % GROUP) * R + i_r  # the row's index among the G x R rows of its KV head
+                base = (i_bk * n_rb + o_m // BLOCK_M) * splits * BLOCK_M + o_m % BLOCK_M
+                b_lse2 = _row_lse2(Part, n_slot, base, splits, BLOCK_M, SPLIT_BLOCK)
+            else:
+                b_lse2 = tl.load(Lse + i_bh * R + i_r) * 1.4426950408889634
             counted = (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
             if HAS_MASK:
                 counted = counted & (tl.load(p_km + pos_q) != 0)
@@ -309,3 +343,67 @@ def _columns_kernel(
         if i_h == 0:  # counts do not depend on the head: head 0's program of each key block adds them
             p_cnt = Count + i_b * sntb + o_n * sntn
             tl.store(p_cnt, tl.load(p_cnt, mask=m_n, other=0.0) + b_cnt, mask=m_n)
+
+
+@triton.jit(do_not_specialize=["R", "window", "S", "splits", "n_merge", "n_col"])
+def _merge_kernel(
+    Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen, Start,
+    Scores, Sum, Count,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
+    stf, stb, sth, sta, sdb, sdh, sda, svb, svh, sva, ssb, ssh, ssa, sss,
+    ssr, scb, sch, scn, sntb, sntn,
+    Hq, Hkv, R, S, scale, softcap, window, log_eps, splits, n_bkv, n_mb, n_db, n_merge, n_col,
+    D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, LOOKUPS: tl.constexpr,
+    HAS_START: tl.constexpr, COLUMNS: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr, MERGE_M: tl.constexpr, MERGE_D: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+    COL_N: tl.constexpr,
+):  # fmt: skip
+    """One launch for the merge and (with ``COLUMNS``) the running columns, on a 1-D grid.
+
+    Programs ``[0, n_merge)`` are the merge's (batch x KV head, row block, column block), in that
+    order (`_merge_program`); the ``n_col`` programs after them are the columns' (key block of
+    ``COL_N`` keys, batch x query head) (`_columns_program`), which merge their rows' LSE again
+    themselves, so no program waits for another.
+    """
+    pid = tl.program_id(0)
+    kv_len = tl.load(KvLen)
+    if pid < n_merge:
+        i_bk = (pid // (n_mb * n_db)).to(tl.int64)
+        _merge_program(
+            i_bk, (pid // n_db) % n_mb, pid % n_db, n_bkv, n_db,
+            Q, K, Part, Acc, Out, Lse, Stats, Diag, Prev, Sinks, SinkPos, KeyMask, PromptLen, KvLen, Start,
+            sqb, sqh, sqm, sqd, skb, skh, skn, skd, sob, soh, som, sod, smb, spb,
+            stf, stb, sth, sta, sdb, sdh, sda, svb, svh, sva, ssb, ssh, ssa, sss,
+            Hq, Hkv, R, S, scale, softcap, window, log_eps, splits,
+            D, GROUP, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, LOOKUPS, HAS_START, WHILE, BLOCK_M, BLOCK_D,
+            MERGE_M, MERGE_D, SPLIT_BLOCK,
+        )  # fmt: skip
+    if COLUMNS:
+        if pid >= n_merge:
+            c = pid - n_merge
+            n_kb = n_col // (n_bkv * GROUP)  # key blocks per query head
+            _columns_program(
+                c % n_kb, (c // n_kb).to(tl.int64), n_bkv, Part, Lse, Scores, Sum, Count, KeyMask,
+                PromptLen, kv_len, ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window, splits,
+                GROUP, HAS_MASK, HAS_WINDOW, BLOCK_M, SPLIT_BLOCK, COL_N, True,
+            )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["R", "window", "splits"])
+def _columns_kernel(
+    Part, Lse, Scores, Sum, Count, KeyMask, PromptLen, KvLen,
+    ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window, splits, n_bkv,
+    GROUP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The running columns as a launch of their own after the merge, reading the merged LSE.
+
+    One program per (key block, batch x query head): faster than inside the merge's launch for calls
+    of many rows (`fused.FUSE_COLUMNS_ROWS`).
+    """
+    _columns_program(
+        tl.program_id(0), tl.program_id(1).to(tl.int64), n_bkv, Part, Lse, Scores, Sum, Count, KeyMask,
+        PromptLen, tl.load(KvLen), ssr, smb, scb, sch, scn, sntb, sntn, Hq, R, window, splits,
+        GROUP, HAS_MASK, HAS_WINDOW, BLOCK_M, 1, BLOCK_N, False,
+    )  # fmt: skip
