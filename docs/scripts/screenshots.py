@@ -34,6 +34,8 @@ PAGES = {
     "api": "api/flashstats_kernels/",
     "results-detection": "results/detection/#main-table",
     "results-roc": "results/detection/#roc-curves-per-task",
+    "results-localisation": "results/detection/#token-level-localisation-ragtruth-spans",
+    "streaming-cost": "guide/streaming/#cost",
     "results-performance": "results/performance/#tier-table-paper-q2",
     "reproduce": "results/reproduce/#tables",
 }
