@@ -77,14 +77,16 @@ def compile_decode() -> None:
         for scores in {special, True}:  # the score store of T3 with and without the soft cap
             split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
             _compile(kernels._split_kernel, split, DECODE_POINTERS)
-        # SmolLM2's decode (4 rows, 16 columns, all 64 splits at once) and 16-row chunks one split at a time
-        merge = dict(
-            flags, ROWS=True, LOOKUPS=True, HAS_START=special, BLOCK_M=16, MERGE_M=16 if special else 4,
-            MERGE_D=16, SPLIT_BLOCK=1 if special else 64,
-        )  # fmt: skip
-        _compile(kernels._merge_kernel, merge, DECODE_POINTERS)
-        _compile(kernels._columns_kernel, dict(HAS_MASK=special, HAS_WINDOW=special, BLOCK_N=512),
-                 DECODE_POINTERS)  # fmt: skip
+        # SmolLM2's decode (4 rows, 16 columns, all 64 splits at once) and 16-row chunks one split at a
+        # time, each with and without the running columns in the merge's launch
+        for columns in (False, True):
+            merge = dict(
+                flags, ROWS=True, LOOKUPS=True, HAS_START=special, COLUMNS=columns, BLOCK_M=16,
+                MERGE_M=16 if special else 4, MERGE_D=16, SPLIT_BLOCK=1 if special else 64, COL_N=1024,
+            )  # fmt: skip
+            _compile(kernels._merge_kernel, merge, DECODE_POINTERS)
+        cols = dict(GROUP=3, HAS_MASK=special, HAS_WINDOW=special, BLOCK_M=16, BLOCK_N=512)
+        _compile(kernels._columns_kernel, cols, DECODE_POINTERS)
 
 
 def test_kernel_variants_compile_for_sm90():
