@@ -35,7 +35,7 @@ class Inputs:
     n_boot: int
     n_paired: int
     threads: int
-    token_views: tuple = ("mean+hidden",)
+    token_views: tuple
 
 
 _INPUTS: list[Inputs] = []
@@ -89,7 +89,7 @@ def _pooled(n_boot: int):
 def _localisation(n_boot: int):
     from flashstats_hf import LOGIT_STAT_NAMES
     from halluprobe import suite
-    from halluprobe.localisation import TokenStore
+    from halluprobe.token_data import TokenStore
 
     inp = _INPUTS[0]
     store, tasks = TokenStore(inp.work / "tokens"), [t for t in data.RAGTRUTH_TASKS if t in inp.done]
@@ -132,7 +132,7 @@ def _guarded(stage: str, fn, default):
 
 
 def _inputs(
-    data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int, token_views: tuple = ("mean+hidden",)
+    data_dir: Path, work: Path, n_boot: int, n_paired: int, n_jobs: int, token_views: tuple
 ) -> Inputs:
     from halluprobe import FeatureCache, rank_heads
 

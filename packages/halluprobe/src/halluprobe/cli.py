@@ -62,7 +62,7 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``halluprobe`` argument parser (no heavy imports)."""
-    from halluprobe.localisation import TOKEN_VIEWS
+    from halluprobe.token_data import TOKEN_VIEWS
 
     parser = clikit.make_parser(
         "halluprobe",
@@ -299,7 +299,7 @@ def cmd_extract(args) -> int:
 
 def _token_examples(ds, ext, args) -> dict:
     """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
-    from halluprobe.localisation import token_examples
+    from halluprobe.token_data import token_examples
 
     if not any(ex.spans for ex in ds.split("train")):
         raise clikit.UsageError(

@@ -32,9 +32,10 @@ from halubench_data.files import atomic_path, atomic_write_bytes
 from halluprobe import detector_file as dfile
 from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.cache import sha256_file
-from halluprobe.localisation import TOKEN_VIEWS, TokenProbe
+from halluprobe.localisation import TokenProbe
 from halluprobe.numeric import sigmoid
 from halluprobe.protocol import ProbeFit
+from halluprobe.token_data import TOKEN_VIEWS
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
@@ -306,7 +307,8 @@ class Detector:
         self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
         encoded: tuple[list[int], int], answer: str,
     ) -> Prediction:  # fmt: skip
-        from halluprobe.localisation import decode_spans, token_features, token_offsets
+        from halluprobe.localisation import decode_spans
+        from halluprobe.token_data import token_features, token_offsets
 
         ids, start = encoded
         prob, token_probs = self._scores(fs, b, record)

@@ -162,7 +162,7 @@ class ProxyExtractor:
             forward. CUDA models only; ``None`` (default): eager batches.
         backend: Kernel backend of the eager ``record_forward`` (``"auto"``, ``"triton"``, ``"torch"``).
         token_store: Also store every answer token's features and character offsets there
-            (`halluprobe.localisation.TokenStore`, for the token probe); eager batches only.
+            (`halluprobe.token_data.TokenStore`, for the token probe); eager batches only.
     """
 
     model: Any
@@ -273,7 +273,7 @@ class ProxyExtractor:
 
     def _store_tokens(self, batch: list[Any], encoded: list[tuple[list[int], int]], fs) -> None:
         """Write each answer's per-token features and character offsets to `token_store`."""
-        from halluprobe.localisation import token_offsets, token_parts
+        from halluprobe.token_data import token_offsets, token_parts
 
         for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
             parts = token_parts(fs, b, int(fs.answer_len[b]))

@@ -1,7 +1,8 @@
 """Token-level localisation: per-token features, a token probe, character spans and span F1.
 
 A token probe scores every answer token (higher = more likely inside a hallucinated span) from one
-view of the token's features (`TOKEN_VIEWS`, `token_features`): the attention statistics of every
+view of the token's features (`TOKEN_VIEWS`, `token_features`, both from `halluprobe.token_data`,
+where the per-token data lives): the attention statistics of every
 scored layer (`halluprobe.records.HEAD_STATS`) averaged over heads (``"mean"``) or of every head
 (``"heads"``), optionally the recorded hidden state (``"+hidden"``), and the logit statistics. It
 follows the sequence probes' protocol: a class-balanced logistic regression fitted on the training
@@ -27,17 +28,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from halubench_data import Span
 from halubench_data.metrics import best_by_validation
 
-if TYPE_CHECKING:
-    from flashstats_hf.types import ForwardStats
-
-    from halluprobe.extract import ProxyExtractor
+# the per-token data, re-exported: `halluprobe.token_data` defines them
+from halluprobe.token_data import (
+    TOKEN_PARTS,
+    TOKEN_VIEWS,
+    TokenExample,
+    TokenStore,
+    char_mask,
+    check_view,
+    compose_view,
+    token_examples,
+    token_features,
+    token_offsets,
+    token_parts,
+)
 
 __all__ = [
     "GAPS",
@@ -127,107 +136,6 @@ def close_gaps(flags: np.ndarray, gap: int) -> np.ndarray:
     return f | ((last >= 0) & (nxt < len(f)) & (nxt - last - 1 <= gap))
 
 
-TOKEN_VIEWS: tuple[str, ...] = ("mean", "heads", "mean+hidden", "heads+hidden")
-"""Per-token feature views (`token_features`): attention statistics averaged over heads (``mean``) or of
-every head (``heads``), optionally with the recorded hidden states (``+hidden``); logit statistics always."""
-TOKEN_PARTS: tuple[str, ...] = ("mean", "heads", "hidden", "logits")
-"""The blocks a view is assembled from (`token_parts`, stored by `TokenStore`)."""
-
-
-def check_view(view: str) -> str:
-    """``view`` when it is one of `TOKEN_VIEWS`, else a ValueError naming them."""
-    if view not in TOKEN_VIEWS:
-        raise ValueError(f"unknown token feature view {view!r}; expected one of {TOKEN_VIEWS}")
-    return view
-
-
-def token_parts(fs: ForwardStats, b: int, length: int) -> dict[str, np.ndarray]:
-    """The per-token blocks of example ``b`` (float32, non-finite values as 0), keyed by `TOKEN_PARTS`.
-
-    - ``mean``: ``[A, NL * 8]`` head-mean `halluprobe.records.HEAD_STATS` of every scored layer
-      (columns ordered layer, statistic);
-    - ``heads``: ``[A, NL * H * 8]`` the same statistics of every head (layer, head, statistic);
-    - ``hidden``: ``[A, NH * Dm]`` the recorded hidden states at the answer tokens (``[A, 0]`` when the
-      forward kept none);
-    - ``logits``: ``[A, V]`` logit statistics.
-
-    Args:
-        fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
-        b: Example index in the batch.
-        length: Its answer length ``A``.
-    """
-    from halluprobe.records import head_series
-
-    if fs.logit_stats is None:
-        raise ValueError("token features need the forward's logit statistics (record with logits=True)")
-    series = head_series(fs, b, length)  # [NL, H, len(HEAD_STATS), A]
-    hidden = (
-        fs.hidden[b, :, :length].float().permute(1, 0, 2).reshape(length, -1).cpu().numpy()
-        if fs.hidden is not None
-        else np.zeros((length, 0), np.float32)
-    )
-    parts = {
-        "mean": series.mean(1).reshape(-1, length).T.numpy(),
-        "heads": series.reshape(-1, length).T.numpy(),
-        "hidden": hidden,
-        "logits": fs.logit_stats[b, :length].float().cpu().numpy(),
-    }
-    return {k: np.nan_to_num(v.astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0) for k, v in parts.items()}
-
-
-def compose_view(parts: dict[str, np.ndarray], view: str = "mean") -> np.ndarray:
-    """``[A, F] float32`` features of ``view`` from `token_parts`: attention block, hidden states, logits.
-
-    The logit statistics are always the last ``V`` columns (the answer token's log-probability first).
-    """
-    att, _, hid = check_view(view).partition("+")
-    blocks = [parts[att]] + ([parts["hidden"]] if hid else []) + [parts["logits"]]
-    if hid and parts["hidden"].shape[1] == 0:
-        raise ValueError(f"token view {view!r} needs hidden states (record the forward with hidden_layers)")
-    return np.concatenate(blocks, 1).astype(np.float32)
-
-
-def token_features(fs: ForwardStats, b: int, length: int, view: str = "mean") -> np.ndarray:
-    """``[A, F] float32``: the per-token features of one view (`TOKEN_VIEWS`) of example ``b``.
-
-    ``view="mean"`` (the default): ``[A, NL * 8 + V]`` head-mean attention statistics of every layer and
-    the logit statistics; ``"heads"``: every head's (``[A, NL * H * 8 + V]``); ``+hidden`` adds the
-    recorded hidden states before the logit statistics. Non-finite values (an undefined statistic) become 0.
-
-    Args:
-        fs: A `flashstats_hf.types.ForwardStats` with rows, lookups and logit statistics.
-        b: Example index in the batch.
-        length: Its answer length ``A``.
-        view: One of `TOKEN_VIEWS`.
-    """
-    check_view(view)
-    return compose_view(token_parts(fs, b, length), view)
-
-
-def token_offsets(tokenizer, answer: str, ids: Sequence[int]) -> np.ndarray:
-    """``[A, 2] int32`` character offsets in ``answer`` of each answer token (decoded one by one).
-
-    A token that holds part of a multi-byte character decodes to one replacement character, so offsets
-    can drift by a character around such tokens; they are clamped to the answer.
-    """
-    ids = list(ids)
-    decoded = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
-    base = 0 if answer.startswith(decoded[:1]) else len(answer) - len(answer.lstrip())
-    lens = [len(tokenizer.decode([t], clean_up_tokenization_spaces=False)) for t in ids]
-    ends = np.cumsum(lens, dtype=np.int64)
-    starts = ends - np.asarray(lens, dtype=np.int64)
-    off = np.stack([starts, ends], 1).reshape(-1, 2) + base
-    return np.clip(off, 0, len(answer)).astype(np.int32)
-
-
-def char_mask(spans: Sequence[Span], n_chars: int) -> np.ndarray:
-    """``[n_chars] bool``: True on every character inside one of ``spans``."""
-    mask = np.zeros(n_chars, dtype=bool)
-    for sp in spans:
-        mask[sp.start : sp.end] = True
-    return mask
-
-
 def _flagged_chars(offsets: np.ndarray, flags: np.ndarray, n_chars: int) -> np.ndarray:
     pred = np.zeros(n_chars, dtype=bool)
     for (a, b), flag in zip(offsets, flags, strict=True):
@@ -257,25 +165,6 @@ def decode_spans(
     pred = _flagged_chars(offsets, close_gaps(scores >= threshold, gap), n_chars)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], pred, [False]]).astype(np.int8)))
     return tuple(Span(int(a), int(b), "hallucination") for a, b in edges.reshape(-1, 2))
-
-
-@dataclass(frozen=True)
-class TokenExample:
-    """One answer's per-token inputs and its annotated characters."""
-
-    features: np.ndarray
-    """``[A, F] float32``: `token_features`."""
-    offsets: np.ndarray
-    """``[A, 2] int``: token character offsets in the answer."""
-    gold: np.ndarray
-    """``[n_chars] bool``: annotated (hallucinated) characters of the answer."""
-    group: str = ""
-    """Bootstrap unit (the example's group)."""
-
-    @property
-    def labels(self) -> np.ndarray:
-        """``[A] int64``: 1 when the token overlaps an annotated character."""
-        return np.array([self.gold[a:b].any() if b > a else False for a, b in self.offsets], dtype=np.int64)
 
 
 def span_counts(
@@ -570,35 +459,6 @@ def evaluate_spans(
     )  # fmt: skip
 
 
-def token_examples(
-    examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8, view: str = "mean"
-) -> list[TokenExample]:
-    """Per-token features, character offsets and annotated characters of halubench-data examples.
-
-    Args:
-        examples: `halubench_data.Example`s (their ``spans`` mark the hallucinated characters).
-        ext: a `halluprobe.ProxyExtractor` (its eager recorded forward is used, batched by length).
-        batch_size: examples per forward.
-        view: The features (`TOKEN_VIEWS`); ``+hidden`` views use the extractor's ``hidden_layers``.
-
-    Returns:
-        One `TokenExample` per example, in input order.
-    """
-    from halluprobe.extract import plan_batches
-
-    check_view(view)
-    encoded = [ext.encode(ex) for ex in examples]
-    out: list[TokenExample | None] = [None] * len(examples)
-    for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
-        fs = ext.forward([encoded[i] for i in idx])
-        for b, i in enumerate(idx):
-            (ids, start), ex = encoded[i], examples[i]
-            feats = token_features(fs, b, int(fs.answer_len[b]), view)
-            offsets = token_offsets(ext.tokenizer, ex.answer, ids[start:])
-            out[i] = TokenExample(feats, offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group))
-    return [e for e in out if e is not None]
-
-
 def fit_and_evaluate(
     splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500, view: str = "mean"
 ) -> tuple[TokenProbe, SpanResult]:
@@ -610,56 +470,3 @@ def fit_and_evaluate(
     test = splits["test"]
     scores = [probe.decision_function(e.features) for e in test]
     return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap, gap=probe.gap)
-
-
-@dataclass(frozen=True)
-class TokenStore:
-    """A folder of per-answer token data (`token_parts` as float16, `token_offsets`), one ``.npz`` each.
-
-    Written during extraction (`halluprobe.ProxyExtractor`'s ``token_store``), read back as
-    `TokenExample` objects of any view (`TOKEN_VIEWS`) with the answer's annotated characters.
-    """
-
-    root: Path
-    """The folder."""
-
-    def path(self, example_id: str) -> Path:
-        """Where the data of one example lives (a hash of its id)."""
-        import hashlib
-
-        return Path(self.root) / (hashlib.sha1(example_id.encode()).hexdigest()[:20] + ".npz")
-
-    def write(self, example_id: str, parts: dict[str, np.ndarray], offsets: np.ndarray) -> None:
-        """Store one answer's `token_parts` (float16, ``[A, *]`` each) and ``[A, 2]`` offsets atomically."""
-        from halubench_data.files import atomic_path
-
-        missing = [k for k in TOKEN_PARTS if k not in parts]
-        if missing:
-            raise ValueError(
-                f"token parts {missing} missing; expected the blocks {TOKEN_PARTS} (token_parts)"
-            )
-        n = len(offsets)
-        if any(len(parts[k]) != n for k in TOKEN_PARTS):
-            raise ValueError(f"every token part must have {n} rows (one per offset)")
-        arrays: dict[str, np.ndarray] = {k: np.asarray(parts[k]).astype(np.float16) for k in TOKEN_PARTS}
-        arrays["offsets"] = np.asarray(offsets)
-        with atomic_path(self.path(example_id)) as tmp, open(tmp, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-
-    def example(self, ex, view: str = "mean") -> TokenExample:
-        """The `TokenExample` of a ``halubench_data.Example`` in ``view`` (float32, non-finite as 0)."""
-        check_view(view)
-        path = self.path(ex.id)
-        with np.load(path) as z:
-            if not set(TOKEN_PARTS) <= set(z.files):
-                raise ValueError(
-                    f"{path}: not a token store file of this version (expected arrays {TOKEN_PARTS})"
-                )
-            parts = {
-                k: np.nan_to_num(z[k].astype(np.float32), nan=0.0, posinf=0.0, neginf=0.0)
-                for k in TOKEN_PARTS
-            }
-            offsets = z["offsets"]
-        return TokenExample(
-            compose_view(parts, view), offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group)
-        )

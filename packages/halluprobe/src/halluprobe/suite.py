@@ -278,7 +278,7 @@ VIEW_NAMES: dict[str, str] = {
     "heads": "token probe (every head) + context, smoothing, gap merging",
     "heads+hidden": "token probe (every head) + hidden state + context, smoothing, gap merging",
 }
-"""Row names of the probes on the other feature views (`halluprobe.localisation.TOKEN_VIEWS`)."""
+"""Row names of the probes on the other feature views (`halluprobe.token_data.TOKEN_VIEWS`)."""
 LOGPROB_NAME = "negative log-probability"
 
 

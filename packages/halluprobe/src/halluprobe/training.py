@@ -92,10 +92,10 @@ def run_training(
 
     ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections.
     With ``token_examples`` (``{"train", "validation", "test"}`` lists of
-    `halluprobe.localisation.TokenExample`), a token probe is fitted with the same protocol, scored
+    `halluprobe.token_data.TokenExample`), a token probe is fitted with the same protocol, scored
     on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
     with every detector, whose predictions then carry its spans; ``token_view`` names the
-    `halluprobe.localisation.TOKEN_VIEWS` entry those examples were built with.
+    `halluprobe.token_data.TOKEN_VIEWS` entry those examples were built with.
     """
     from flashstats_hf import LOGIT_STAT_NAMES
     from halubench_data import text_only_scores

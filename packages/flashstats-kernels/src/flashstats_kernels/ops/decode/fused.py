@@ -224,7 +224,7 @@ def _decode_launch(
     n_mb, n_db = triton.cdiv(g.group * g.R, mm), triton.cdiv(g.block_d, md)
     n_merge = bkv * n_mb * n_db
     # single-row calls (decoding steps) run the columns in the merge's launch; calls of more rows run
-    # them as a launch of their own (measured: 1.3x to 1.4x faster there, see FUSE_COLUMNS_ROWS)
+    # them as a launch of their own (measured: 1.2x to 1.4x faster there, see FUSE_COLUMNS_ROWS)
     fuse = columns is not None and g.R <= FUSE_COLUMNS_ROWS
     col_n = column_block(g.L, g.B * g.Hq, cfg["COL_N"])
     n_col = triton.cdiv(g.L, col_n) * g.B * g.Hq if fuse else 0
