@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import time
 import warnings
 from pathlib import Path
@@ -266,7 +267,7 @@ def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]
     Returns:
         ``{provider: device ms per step}`` for ``splitk`` and ``stats``.
     """
-    totals, tables = {}, []
+    totals, tables, kernels = {}, [], {}
     for provider in ("splitk", "stats"):
         ids = torch.randint(0, model.config.vocab_size, (1, ctx + 12), device=device)
         cache = StaticCache(config=model.config, max_cache_len=ctx + 16)
@@ -288,12 +289,15 @@ def decode_profile(model, ctx: int, device: str, path: Path) -> dict[str, float]
                 _sync(device)
         events = prof.key_averages()
         attr = "device_time_total" if device == "cuda" else "cpu_time_total"
-        totals[provider] = sum(kernel_us(prof, 5).values()) / 1e3
+        per_kernel = kernel_us(prof, 5)
+        totals[provider] = sum(per_kernel.values()) / 1e3
+        kernels[provider] = per_kernel
         tables.append(
             f"== {provider}: {totals[provider]:.3f} device ms per step\n"
             + events.table(sort_by=attr, row_limit=25)
         )
     path.write_text("\n\n".join(tables))
+    path.with_suffix(".json").write_text(json.dumps(kernels, indent=1))
     return totals
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from flashstats_hf import LOGIT_STAT_NAMES, CachedRecorder, GraphedDecodeStep, record_forward
-from flashstats_kernels import StatsRequest
+from flashstats_kernels import StatsRequest, decode_attention
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
@@ -207,14 +207,15 @@ def test_errors_name_what_was_expected(helpers):
 def _graph_steps(helpers, device, capture, dtype=torch.float32, q=1, kind="qwen3", restart=False):
     """Prefill on a static cache, then 6 teacher-forced steps through GraphedDecodeStep.
 
-    With ``restart``, a first answer (another batch, other padding) runs through the same step before
-    it is restarted for the answer that is returned: a captured step is replayed for the second one.
+    With ``restart``, a first answer (another batch, no padding: the kernels' unmasked path) runs
+    through the same step before it is restarted for the answer that is returned (padded: the step is
+    warmed up and captured again for the masked path, then replayed).
     """
     model, _ = helpers.tiny_models(kind, device)
     model = model.to(dtype)
     batches = [helpers.padded_batch([15, 12], [6, 6], device=device)]
     if restart:
-        batches.insert(0, helpers.padded_batch([13, 15], [6, 6], seed=7, device=device))
+        batches.insert(0, helpers.padded_batch([15, 15], [6, 6], seed=7, device=device))
     prompt = 9
     cache = StaticCache(config=model.config, max_cache_len=20)
     rec = CachedRecorder(
@@ -227,6 +228,7 @@ def _graph_steps(helpers, device, capture, dtype=torch.float32, q=1, kind="qwen3
                 cache.reset()
                 rec.restart()
             rec.feed(ids[:, :prompt], attention_mask=mask[:, :prompt])
+            assert rec.padded == (not bool(mask[:, :prompt].all()))
             if step is None:
                 step = GraphedDecodeStep(
                     model, cache, mask[:, :prompt], recorder=rec, capture=capture, tokens_per_step=q
@@ -276,12 +278,26 @@ def test_captured_decode_steps_equal_record_forward(helpers, kind, q, dtype):
     assert_same_stats(got, eager, TOL, TOL)
 
 
-@pytest.mark.parametrize("kind", ["llama", "gemma2", "qwen3_sliding"])
-def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kind):
+@pytest.mark.parametrize(
+    "kind,lengths",
+    [("llama", [15, 11]), ("llama", [15, 15]), ("gemma2", [15, 11]), ("qwen3_sliding", [15, 11])],
+    ids=["llama", "llama-unpadded", "gemma2", "qwen3_sliding"],
+)
+def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kind, lengths, monkeypatch):
     """The recorder on the split-K Triton kernels (interpreted on the CPU): statistics written into the
-    answer slots in place, the running columns from the split kernel's scores."""
+    answer slots in place, the running columns from the split kernel's scores. Without padding the
+    kernels get no key mask (their unmasked path), with padding every call gets one."""
+    import flashstats_hf.cached as cached
+
+    masks = []
+
+    def spy(*args, **kwargs):
+        masks.append(kwargs["key_mask"])
+        return decode_attention(*args, **kwargs)
+
+    monkeypatch.setattr(cached, "decode_attention", spy)
     model, _ = helpers.tiny_models(kind)
-    ids, mask, _ = helpers.padded_batch([15, 11], [6, 6])
+    ids, mask, _ = helpers.padded_batch(lengths, [6, 6])
     prompt = 9
     rec = CachedRecorder(model, prompt_len=prompt, request=REQUEST, hidden_layers=HIDDEN, backend="triton")
     with rec:
@@ -289,3 +305,5 @@ def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kin
         for at, n in ((prompt, 1), (prompt + 1, 3), (prompt + 4, 2)):
             rec.feed(ids[:, at : at + n])
     assert_same_stats(rec.stats(), _reference(model, ids, mask, prompt))
+    padded = lengths[0] != lengths[1]
+    assert rec.padded == padded and masks and all((m is not None) == padded for m in masks)

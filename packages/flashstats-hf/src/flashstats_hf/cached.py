@@ -120,6 +120,10 @@ class CachedRecorder:
         capacity: answer tokens to allocate for up front (buffers grow when exceeded, except inside a
             CUDA-graph capture: give the largest answer then).
         backend: kernel backend (``"auto"``: Triton on CUDA, PyTorch on CPU).
+
+    After a prompt's first call, ``padded`` says whether that prompt has left padding; without it the
+    decoding kernels get no key mask (their unmasked path, which tests visibility only where a key tile
+    holds the rows' own positions or a window's edge).
     """
 
     cached = True
@@ -165,6 +169,7 @@ class CachedRecorder:
         self._sinks: torch.Tensor | None = None  # [B, S] padded positions
         self._pending: torch.Tensor | None = None  # [B, V] logits of the last row of the previous call
         self._call: _Call | None = None
+        self.padded = False  # whether the current prompt has padding (answer keys are always real)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._token: Token[Any] | None = None
 
@@ -223,7 +228,7 @@ class CachedRecorder:
         self._ensure(total, max(total, cache.get_max_length()))
         n_p = min(max(self.prompt_len - self.seen, 0), q)  # prompt rows of this call
         dev = ids.device
-        plain = n_p > 0 and self.seen == 0 and bool(self._bufs.key_mask[:, :n_p].all())  # prefill only
+        plain = n_p > 0 and self.seen == 0 and not self.padded  # prefill only (of the whole prompt)
         length = self._length
         self._call = _Call(
             ids=ids, q=q, n_p=n_p, total=total, plain_prompt=plain, kv_len=(length + q).reshape(1),
@@ -254,6 +259,9 @@ class CachedRecorder:
             n_pad = self.prompt_len - keep.sum(1, keepdim=True)
             new_sinks = n_pad + torch.tensor(list(sinks), dtype=torch.int64, device=dev)[None]
         self._keep0 = keep
+        # one host read per prompt: without padding every key is real, and the decoding kernels take
+        # their unmasked path (the key mask would make every key tile test visibility and count keys)
+        self.padded = not bool(keep.all())
         if self.length is None or self._sinks is None or self.buf is None:
             self.length = torch.zeros((), dtype=torch.int64, device=dev)
             self._sinks = new_sinks
@@ -411,7 +419,7 @@ class CachedRecorder:
         )  # fmt: skip
         res = decode_attention(
             query, key, value, kv_len=kv_len, request=request,
-            column_state=state if request.columns else None, key_mask=keep,
+            column_state=state if request.columns else None, key_mask=keep if self.padded else None,
             prompt_len=max(self.prompt_len - offset, 0), backend=self.backend, targets=targets, **opts,
         )  # fmt: skip
         return res.out  # T1 and T2 are in their answer slots already (no copy per layer)

@@ -74,14 +74,19 @@ class GraphedDecodeStep:
         self.slots = torch.arange(self.max_len, device=dev)
         self.ids = torch.zeros(b, self.q, dtype=torch.long, device=dev)
         self.rows = torch.arange(self.q, device=dev)
-        self.logits: torch.Tensor | None = None
-        self.graph: torch.cuda.CUDAGraph | None = None
+        # one captured step per kernel path: the recorder's kernels read a key mask only for a padded
+        # prompt (``CachedRecorder.padded``; None without a recorder), so each path has its own graph
+        self.graphs: dict[bool | None, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.warm: dict[bool | None, int] = {}  # eager steps run per path
 
     def restart(self, key_mask: torch.Tensor) -> None:
         """Follow a new prompt with the same captured step (no new warm-up or capture).
 
         Call it after ``cache.reset()``, the recorder's ``restart()`` and the new prefill. The prompt
-        must have the padded length and batch of the first one; its padding is written in place.
+        must have the padded length and batch of the first one; its padding is written in place. With
+        a recorder, the first prompt with padding after prompts without (or the reverse) warms up and
+        captures its own step once: the recorder's kernels read a key mask only when the prompt is
+        padded. Both captured steps are kept.
 
         Args:
             key_mask: [B, P] bool/int. Real tokens of the new prompt (left padding = 0).
@@ -124,7 +129,8 @@ class GraphedDecodeStep:
                 (create the recorder with ``capacity=`` the longest answer).
         """
         rec = self.recorder
-        if self.graph is not None and rec is not None and rec.seen + self.q - rec.prompt_len > rec.capacity:
+        path = None if rec is None else rec.padded
+        if self.graphs and rec is not None and rec.seen + self.q - rec.prompt_len > rec.capacity:
             raise ValueError(
                 f"the recorder holds {rec.capacity} answer tokens; give it a larger capacity= for graphs"
             )
@@ -136,24 +142,26 @@ class GraphedDecodeStep:
             )
         self.tokens += self.q
         self.ids.copy_(token_ids, non_blocking=True)
-        if self.steps < WARMUP_STEPS or not self.capture:
+        if not self.capture or self.warm.get(path, 0) < WARMUP_STEPS:
+            self.warm[path] = self.warm.get(path, 0) + 1
             self.steps += 1
             return self._step().clone()
-        if self.graph is None:
-            self.graph = torch.cuda.CUDAGraph()
+        if path not in self.graphs:
+            graph = torch.cuda.CUDAGraph()
             seen = None if rec is None else rec.seen
-            with torch.cuda.graph(self.graph):
-                self.logits = self._step()
+            with torch.cuda.graph(graph):
+                logits = self._step()
+            self.graphs[path] = (graph, logits)
             if (
                 rec is not None and seen is not None
             ):  # the capture ran the hooks' host code: undo its count, the replay counts
                 rec.seen = seen
-        self.graph.replay()
+        graph, logits = self.graphs[path]
+        graph.replay()
         if rec is not None:
             rec.seen += self.q
         self.steps += 1
-        assert self.logits is not None  # set by the capture above
-        return self.logits.clone()
+        return logits.clone()
 
 
 __all__ = ["GraphedDecodeStep"]
