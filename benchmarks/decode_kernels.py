@@ -17,6 +17,8 @@ import torch
 import triton.testing
 from _perf import LongCsv, kernel_us, markdown_table
 from flashstats_kernels import ColumnState, StatsRequest, decode_attention
+from flashstats_kernels.ops.decode import fused
+from triton.testing import do_bench_cudagraph as bench
 
 SHAPES = {  # query heads, KV heads, head dim, layers (to scale a call to a step)
     "llama3-8b": (32, 8, 128, 32),
@@ -64,20 +66,43 @@ def _kernel_us(fn, calls: int = 20) -> dict[str, float]:
     return {name[:40]: us for name, us in kernel_us(prof, calls).items()}
 
 
+def _configs(text: str) -> list[dict[str, int]]:
+    """``"w2:n64,w4:n128"`` -> ``[{}, {"SPLIT_WARPS": 2, "BLOCK_N": 64}, ...]`` (``{}``: the default)."""
+    out: list[dict[str, int]] = [{}]
+    for item in filter(None, text.split(",")):
+        keys = {"w": "SPLIT_WARPS", "n": "BLOCK_N"}
+        out.append({keys[part[0]]: int(part[1:]) for part in item.split(":")})
+    return out
+
+
 def sweep(args: argparse.Namespace) -> None:
-    """R = 1, the longest context: none and all statistics at each split count (None: the default)."""
-    ctx = max(int(c) for c in args.contexts.split(","))
-    csv = LongCsv(args.out / "decode_splits.csv", ("shape", "ctx", "splits", "level", "us"))
+    """R = 1: none and all statistics at each split count (None: the default) and kernel config."""
+    csv = LongCsv(args.out / "decode_splits.csv", ("shape", "ctx", "config", "splits", "level", "us"))
     table = []
     for shape in args.shapes.split(","):
-        for splits in [None, *(int(n) for n in args.sweep_splits.split(","))]:
-            us = {lv: 1e3 * triton.testing.do_bench_cudagraph(_call(shape, ctx, 1, lv, splits), rep=200)
-                  for lv in ("none", "T1+T2+T3")}  # fmt: skip
-            for lv, t in us.items():
-                csv.add(shape=shape, ctx=ctx, splits=splits or "default", level=lv, us=f"{t:.2f}")
-            table.append([shape, ctx, splits or "default", f"{us['none']:.1f}", f"{us['T1+T2+T3']:.1f}"])
+        for ctx in (int(c) for c in args.contexts.split(",")):
+            for cfg in _configs(args.sweep_configs):
+                fused.CONFIG_OVERRIDES.clear()
+                fused.CONFIG_OVERRIDES.update(cfg)
+                name = ":".join(f"{k}={v}" for k, v in cfg.items()) or "default"
+                for splits in [None, *(int(n) for n in filter(None, args.sweep_splits.split(",")))]:
+                    try:
+                        us = {
+                            lv: 1e3 * bench(_call(shape, ctx, 1, lv, splits), rep=100)
+                            for lv in ("none", "T1+T2+T3")
+                        }  # fmt: skip
+                    except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported
+                        print(shape, ctx, name, splits, "failed:", repr(exc)[:200], flush=True)
+                        continue
+                    for lv, t in us.items():
+                        csv.add(shape=shape, ctx=ctx, config=name, splits=splits or "default", level=lv,
+                                us=f"{t:.2f}")  # fmt: skip
+                    table.append([shape, ctx, name, splits or "default", f"{us['none']:.1f}",
+                                  f"{us['T1+T2+T3']:.1f}", f"{us['T1+T2+T3'] / us['none']:.3f}"])  # fmt: skip
+                    print(*table[-1], flush=True)
+    fused.CONFIG_OVERRIDES.clear()
     csv.close()
-    text = markdown_table(["shape", "context", "splits", "none us", "all us"], table)
+    text = markdown_table(["shape", "context", "config", "splits", "none us", "all us", "all / none"], table)
     (args.out / "decode_splits.md").write_text(text + "\n")
     print(text)
 
@@ -89,8 +114,11 @@ def main() -> None:
     ap.add_argument("--contexts", default="8192,32768")
     ap.add_argument("--rows", default="1,16")
     ap.add_argument("--sweep-splits", default="", help="split counts to time at R = 1 instead (16,33,66)")
+    ap.add_argument(
+        "--sweep-configs", default="", help="split-kernel warps and key tiles to time (w2:n64,w4:n128)"
+    )
     args = ap.parse_args()
-    if args.sweep_splits:
+    if args.sweep_splits or args.sweep_configs:
         sweep(args)
         return
     csv = LongCsv(args.out / "decode_kernels.csv", ("shape", "ctx", "R", "level", "us", "ratio"))

@@ -132,7 +132,7 @@ def fwd_tile(
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False, SCORES: tl.constexpr = False,
-    p_sc=None, m_sc=None,
+    p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
 ):  # fmt: skip
     """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
 
@@ -142,6 +142,10 @@ def fwd_tile(
     With ``SCORES``, the tile's scores in log2 units (``-inf`` where not visible) are also stored at
     ``p_sc[:, None] + key`` for the rows where ``m_sc`` holds (``[BM]`` row pointers and mask): the
     decoding op adds their weights to the running column sums once the merged LSE is known.
+    With ``LAZY``, the entropy and squared-weight sums are kept per score: ``b_a`` is a pair (a ``[BM]``
+    row term, a ``[BM, BN]`` tile) and ``b_q2`` a ``[BM, BN]`` tile, both rescaled with the running max
+    and summed over keys once by the caller (`lazy_rows`), which saves two row reductions per tile
+    (across warps when a tile of few rows is spread over the warps along its keys, as in decoding).
     """
     o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
     m_n = o_n < L
@@ -174,8 +178,12 @@ def fwd_tile(
             b_u = tl.where(b_p > 0.0, b_u, 0.0)
         else:
             b_u = tl.maximum(b_u, -200.0)
-        b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
-        b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
+        if LAZY:  # sum(A) + row term = the running entropy sum; sum(Q) = the squared-weight sum
+            b_a = (alpha * (b_a[0] + b_l * (b_mx - b_mx_new)), alpha[:, None] * b_a[1] + b_p * b_u)
+            b_q2 = (alpha * alpha)[:, None] * b_q2 + b_p * b_p
+        else:
+            b_a = alpha * (b_a + b_l * (b_mx - b_mx_new)) + tl.sum(b_p * b_u, 1)
+            b_q2 = alpha * alpha * b_q2 + tl.sum(b_p * b_p, 1)
         if PM == 0:
             b_pm = alpha * b_pm
         elif PM == 1:
@@ -196,16 +204,16 @@ def fwd_range(
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
-    SCORES: tl.constexpr = False, p_sc=None, m_sc=None,
+    SCORES: tl.constexpr = False, p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
 ):  # fmt: skip
-    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi`` (``SCORES``: see `fwd_tile`)."""
+    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi`` (``SCORES``, ``LAZY``: `fwd_tile`)."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_n = lo
         while start_n < hi:
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
             )  # fmt: skip
             start_n += BLOCK_N
     else:
@@ -213,9 +221,22 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
+
+
+@triton.jit
+def lazy_zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Empty ``LAZY`` entropy and squared-weight accumulators of `fwd_tile`: ``((a row, A tile), Q tile)``."""
+    zm = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    return (tl.zeros([BLOCK_M], tl.float32), zm), zm
+
+
+@triton.jit
+def lazy_rows(b_a, b_q2):
+    """The ``[BM]`` entropy and squared-weight sums of `fwd_tile`'s ``LAZY`` accumulators."""
+    return b_a[0] + tl.sum(b_a[1], 1), tl.sum(b_q2, 1)
 
 
 @triton.jit
@@ -224,7 +245,7 @@ def fwd_inner(
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n,
     EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
     ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    SCORES: tl.constexpr = False, p_sc=None, m_sc=None,
+    SCORES: tl.constexpr = False, p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
 ):  # fmt: skip
     """Unmasked key tiles ``lo <= j < hi``: every key visible to every row (no key mask, inside every window).
 
@@ -239,20 +260,20 @@ def fwd_inner(
         pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
         st = fwd_range(
             lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
         )  # fmt: skip
         st = fwd_range(
             pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
         )  # fmt: skip
         st = fwd_range(
             pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
         )  # fmt: skip
     else:
         st = fwd_range(
             lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
         )  # fmt: skip
     return st
 

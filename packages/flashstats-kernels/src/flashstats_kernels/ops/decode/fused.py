@@ -46,23 +46,29 @@ from flashstats_kernels.ops.decode.kernels import N_STATE, _columns_kernel, _mer
 from flashstats_kernels.state import ColumnState, RowTargets
 from flashstats_kernels.types import AttentionResult, LookupStats, RowStats
 
+CONFIG_OVERRIDES: dict[str, int] = {}
+"""Entries that replace `decode_config`'s on the GPU (``BLOCK_N``, ``SPLIT_WARPS``): for tuning sweeps
+(``benchmarks/decode_kernels.py --sweep-configs``); empty in normal use."""
+
 
 def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
     """Tile sizes of the three decoding kernels.
 
-    Rows per split program, keys per tile, warps, the merge kernel's rows and output columns per
+    Rows per split program, keys per tile, warps (``SPLIT_WARPS`` of the split kernel, ``num_warps``
+    of the others), the merge kernel's rows and output columns per
     program (``MERGE_M`` divides ``BLOCK_M``; four column blocks, so that a few KV heads still fill the
-    GPU) and the columns kernel's keys per program.
+    GPU) and the columns kernel's keys per program. `CONFIG_OVERRIDES` replaces entries on the GPU.
     """
     block_m = max(16, min(64, triton.next_power_of_2(group_rows)))
     merge_m = min(16, triton.next_power_of_2(group_rows))
     merge_d = max(16, block_d // 4)
     if interpreting():
         return {"BLOCK_M": block_m, "BLOCK_N": 16, "COL_N": 16, "MERGE_M": merge_m, "MERGE_D": merge_d,
-                "num_warps": 4}  # fmt: skip
+                "num_warps": 4, "SPLIT_WARPS": 4}  # fmt: skip
     block_n = 32 if block_d > 128 else 64
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "COL_N": 512, "MERGE_M": merge_m, "MERGE_D": merge_d,
-            "num_warps": 4}  # fmt: skip
+    cfg = {"BLOCK_M": block_m, "BLOCK_N": block_n, "COL_N": 512, "MERGE_M": merge_m, "MERGE_D": merge_d,
+           "num_warps": 4, "SPLIT_WARPS": 4}  # fmt: skip
+    return {**cfg, **CONFIG_OVERRIDES}
 
 
 def column_block(cache: int, heads: int, col_n: int) -> int:
@@ -102,6 +108,11 @@ FUSE_COLUMNS_ROWS = 1
 Measured on the H200 (2026-12-02, one attention layer, all statistics): a decoding step (R = 1) is
 faster fused (SmolLM2 8K 20.6 -> 16.7 us, Qwen3 0.6B 8K 26.6 -> 22.9 us), a 16-row chunk slower
 (Llama 8B 8K 85.7 -> 100.7 us, 32K 157.9 -> 225.7 us: the columns then run at the merge's occupancy)."""
+
+LAZY_T1_ROWS = 16
+"""Split programs of at most this many rows keep T1's entropy and squared-weight sums per score
+(`fwd_tile`'s ``LAZY``): a tile of 16 rows is spread over the warps along its keys, so each row sum
+per key tile crosses warps; per score, the sums are reduced once per program instead."""
 
 SCORE_ELEMENTS = 1 << 25
 """Scratch scores of one launch with T3 (``B * Hq * R * Lc`` float32, 128 MiB): a call with more rows
@@ -212,13 +223,14 @@ def _decode_launch(
     scores = torch.empty(g.B * g.Hq * g.R if columns is not None else 1, g.L, dtype=torch.float32, device=dev)
     flags = dict(
         D=g.D, GROUP=g.group, HAS_MASK=g.has_mask, HAS_SOFTCAP=g.has_softcap, HAS_WINDOW=g.has_window,
-        WHILE=interpreting(), BLOCK_D=g.block_d, num_warps=cfg["num_warps"],
+        WHILE=interpreting(), BLOCK_D=g.block_d,
     )  # fmt: skip
     _split_kernel[(n_split, bkv, n_rb)](
         q, k, v, part, acc, scores, g.key_mask, plen, kvl,
         *q.stride(), *k.stride(), *v.stride(), g.mask_stride, scores.stride(0),
         g.Hq, g.Hq // g.group, g.R, float(scale), g.softcap, g.window, n_split,
         ROWS=rows, SCORES=columns is not None, MMA=g.mma, BLOCK_M=bm, BLOCK_N=bn, **flags,
+        LAZY=rows and bm <= LAZY_T1_ROWS, num_warps=cfg["SPLIT_WARPS"],
     )  # fmt: skip
     mm, md = cfg["MERGE_M"], cfg["MERGE_D"]
     n_mb, n_db = triton.cdiv(g.group * g.R, mm), triton.cdiv(g.block_d, md)
@@ -239,7 +251,7 @@ def _decode_launch(
         g.Hq, g.Hq // g.group, g.R, n_sinks, float(scale), g.softcap, g.window, math.log(diag_eps),
         n_split, bkv, n_mb, n_db, n_merge, n_col, ROWS=rows, LOOKUPS=sink_positions is not None,
         HAS_START=targets is not None, COLUMNS=fuse, BLOCK_M=bm, MERGE_M=mm, MERGE_D=md,
-        SPLIT_BLOCK=merge_split_block(n_split, mm, md), COL_N=col_n, **flags,
+        SPLIT_BLOCK=merge_split_block(n_split, mm, md), COL_N=col_n, **flags, num_warps=cfg["num_warps"],
     )  # fmt: skip
     if columns is not None and not fuse:
         _columns_kernel[(triton.cdiv(g.L, cfg["COL_N"]), g.B * g.Hq)](
@@ -279,6 +291,7 @@ def _row_outputs(
 
 __all__ = [
     "FUSE_COLUMNS_ROWS",
+    "LAZY_T1_ROWS",
     "SCORE_ELEMENTS",
     "column_block",
     "decode_triton",

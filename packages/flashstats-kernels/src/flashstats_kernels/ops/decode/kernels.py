@@ -8,7 +8,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from flashstats_kernels.ops._fused import fwd_inner, fwd_range, load_tile, lookup, mma_cast
+from flashstats_kernels.ops._fused import (
+    fwd_inner,
+    fwd_range,
+    lazy_rows,
+    lazy_zeros,
+    load_tile,
+    lookup,
+    mma_cast,
+)
 
 _LN2 = tl.constexpr(0.6931471805599453)
 N_STATE = 6  # fields of a partial state: m, l, a, q2, pm, n
@@ -32,7 +40,7 @@ def _split_kernel(
     D: tl.constexpr, GROUP: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr, SCORES: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     i_s = tl.program_id(0)
     i_bk = tl.program_id(1).to(tl.int64)  # batch x KV head
@@ -57,10 +65,14 @@ def _split_kernel(
     per = tl.cdiv(tl.cdiv(kv_len - lo, splits), BLOCK_N) * BLOCK_N
     start = lo + i_s * per
     stop = tl.minimum(start + per, kv_len)
+    b_a0 = tl.zeros([BLOCK_M], tl.float32)
+    b_q20 = tl.zeros([BLOCK_M], tl.float32)
+    if LAZY:  # the entropy and squared-weight sums per score, summed over keys once at the end
+        b_a0, b_q20 = lazy_zeros(BLOCK_M, BLOCK_N)
     st = (
         tl.full([BLOCK_M], -1.0e30, tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), tl.zeros([BLOCK_M], tl.float32),
-        tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.float32), tl.zeros([BLOCK_M], tl.int32),
+        tl.zeros([BLOCK_M, BLOCK_D], tl.float32), b_a0, b_q20, tl.zeros([BLOCK_M], tl.float32),
+        tl.zeros([BLOCK_M], tl.int32),
     )  # fmt: skip
     p_sc = Scores + (i_bk * GROUP * R + o_m) * ssr  # [BM] score rows [B, Hq, R, Lc] of the program's rows
     args = (
@@ -70,7 +82,7 @@ def _split_kernel(
     if HAS_MASK:  # every tile tests visibility and counts the visible keys
         st = fwd_range(
             start, stop, *args, *st, True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
-            WHILE, BLOCK_N, False, SCORES, p_sc, m_m,
+            WHILE, BLOCK_N, False, SCORES, p_sc, m_m, LAZY,
         )  # fmt: skip
     else:  # only the window's lower edge and the rows' own tiles are masked (the merge knows n)
         mid = (kv_len - R + 1) // BLOCK_N * BLOCK_N  # keys below it are at or before every row
@@ -82,17 +94,19 @@ def _split_kernel(
         a2 = tl.minimum(tl.maximum(mid, start), stop)  # [a2, stop) masked
         st = fwd_range(
             start, a1, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
-            WHILE, BLOCK_N, False, SCORES, p_sc, m_m,
+            WHILE, BLOCK_N, False, SCORES, p_sc, m_m, LAZY,
         )  # fmt: skip
         st = fwd_inner(
             a1, a2, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N, False,
-            SCORES, p_sc, m_m,
+            SCORES, p_sc, m_m, LAZY,
         )  # fmt: skip
         st = fwd_range(
             a2, stop, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, False, SCORES, p_sc, m_m,
+            BLOCK_N, False, SCORES, p_sc, m_m, LAZY,
         )  # fmt: skip
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
+    if LAZY:
+        b_a, b_q2 = lazy_rows(b_a, b_q2)
     o_p = ((i_bk * n_rb + i_rb) * splits + i_s) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] slot of the state
     n_slot = tl.num_programs(1) * n_rb * splits * BLOCK_M  # slots per state field
     tl.store(Part + o_p, b_mx)
