@@ -64,18 +64,29 @@ def compile_all() -> None:
                      BLOCK_D=128)  # fmt: skip
         _compile(_columns_kernel, flags, COLUMN_POINTERS)
     compile_decode()
+    compile_logits()
+
+
+def compile_logits() -> None:
+    """The logit statistics' two kernels (a 4096-logit block, top 64; Qwen3's 38 blocks merged)."""
+    from flashstats_kernels.ops.logits import fused
+
+    pointers = dict(Logits="*bf16", Targets="*i64", Part="*fp32", Cand="*fp32", Out="*fp32")
+    _compile(fused._partials_kernel, dict(BLOCK=4096, K=64), pointers)
+    _compile(fused._finish_kernel, dict(BLOCK_P=64, K=64, TOP=50), pointers)
 
 
 def compile_decode() -> None:
-    """The decoding kernels (split with and without the score store, merge with lookups, running columns),
-    soft-cap/window on and off."""
+    """The decoding kernels (split with and without the score store and lazy T1 sums, merge with lookups,
+    running columns), soft-cap/window on and off."""
     from flashstats_kernels.ops.decode import kernels
 
     for special in (False, True):
         flags = dict(D=64, GROUP=3, HAS_MASK=special, HAS_SOFTCAP=special, HAS_WINDOW=special, WHILE=False,
                      BLOCK_D=64)  # fmt: skip
         for scores in {special, True}:  # the score store of T3 with and without the soft cap
-            split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64)
+            # lazy T1 sums (decoding steps) and per-tile ones (chunks of more rows)
+            split = dict(flags, ROWS=True, SCORES=scores, MMA=0, BLOCK_M=16, BLOCK_N=64, LAZY=scores)
             _compile(kernels._split_kernel, split, DECODE_POINTERS)
         # SmolLM2's decode (4 rows, 16 columns, all 64 splits at once) and 16-row chunks one split at a
         # time, each with and without the running columns in the merge's launch

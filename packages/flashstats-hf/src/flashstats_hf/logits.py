@@ -42,12 +42,14 @@ LOGIT_STAT_NAMES: tuple[str, ...] = LOGIT_SCALAR_NAMES + tuple(
 """Names of the ``6 + TOP_RANKS`` columns of ``ForwardStats.logit_stats``, in order."""
 
 
-def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def logit_statistics(logits: torch.Tensor, targets: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
     """Per-token statistics of the next-token distributions (see the module docstring).
 
     Args:
         logits: [N, V] any float dtype. Next-token logits (after any final soft-capping).
         targets: [N] int64. The token that follows each position (the answer token).
+        backend: ``"triton"`` (the vocabulary split over many programs: a few rows, as in a decoding
+            step, no longer run in one thread block each), ``"torch"`` or ``"auto"`` (Triton on CUDA).
 
     Returns:
         ``[N, 6 + TOP_RANKS] float32``, columns in the order of
@@ -56,27 +58,17 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     Shape:
         - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 56]``.
     """
+    from flashstats_kernels.api import resolve_backend
+    from flashstats_kernels.ops.logits import naive_logit_statistics
+
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
             f"expected logits [N, V] and targets [N], got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
     if logits.shape[1] < 5:
         raise ValueError(f"expected a vocabulary of at least 5 tokens, got {logits.shape[1]}")
-    logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
-    answer = logp.gather(1, targets[:, None])[:, 0]  # [N]
-    rank = 1.0 + (logp > answer[:, None]).sum(dim=-1).float()
-    probs = logp.exp()
-    entropy = -torch.where(probs > 0, probs * logp, 0.0).sum(dim=-1)
-    k = min(TOP_RANKS, logits.shape[1])
-    top = logp.topk(k, dim=-1).values  # [N, k] log-probabilities, descending
-    top_p = top.exp()
-    ranked = torch.nn.functional.pad(top_p, (0, TOP_RANKS - k))  # [N, TOP_RANKS]
-    stats = (
-        answer,
-        rank,
-        entropy,
-        top_p[:, 0] - top_p[:, 1],
-        top_p[:, :5].sum(dim=-1),
-        top[:, 0] - answer,
-    )
-    return torch.cat([torch.stack(stats, dim=-1), ranked], dim=-1)
+    if logits.is_floating_point() and resolve_backend(backend, logits) == "triton":
+        from flashstats_kernels.ops.logits.fused import logit_statistics_triton
+
+        return logit_statistics_triton(logits, targets, TOP_RANKS)
+    return naive_logit_statistics(logits, targets, TOP_RANKS)
