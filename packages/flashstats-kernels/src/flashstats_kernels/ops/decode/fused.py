@@ -10,7 +10,8 @@ grows):
    state: running max ``m``, ``l``, the entropy, squared-weight and prompt-mass accumulators, the
    visible-key count (with a key mask; otherwise the merge knows it) and the unnormalised output.
    Without a key mask only the tiles that hold the window's lower edge or keys past the first new
-   row test visibility; every other tile takes the forward's unmasked step (`fwd_inner`).
+   row test visibility; every other tile takes the forward's unmasked step (`fwd_inner`). Programs of
+   at most `LAZY_T1_ROWS` rows keep the entropy and squared-weight sums per score and reduce them once.
 2. ``_merge_kernel``: one program per (batch x KV head, block of at most 16 rows, block of the head
    dim: a quarter, at least 16 columns) merges the partial states of its rows and output columns, a
    chunk of up to 64 splits at a time in a fixed reduction tree, with the package's merge rule
