@@ -22,6 +22,8 @@ pooled four ways over the answer tokens, these 56 columns give L9's 224 candidat
 from __future__ import annotations
 
 import torch
+from flashstats_kernels.api import resolve_backend
+from flashstats_kernels.ops.logits import naive_logit_statistics
 
 TOP_RANKS = 50
 """Number of ranked probabilities ``q_t^(1..TOP_RANKS)`` kept per token."""
@@ -58,9 +60,6 @@ def logit_statistics(logits: torch.Tensor, targets: torch.Tensor, *, backend: st
     Shape:
         - logits: ``[N, V]`` with ``V >= 5``; targets: ``[N]``; output: ``[N, 56]``.
     """
-    from flashstats_kernels.api import resolve_backend
-    from flashstats_kernels.ops.logits import naive_logit_statistics
-
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
             f"expected logits [N, V] and targets [N], got {tuple(logits.shape)} and {tuple(targets.shape)}"

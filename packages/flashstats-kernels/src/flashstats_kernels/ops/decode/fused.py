@@ -56,9 +56,9 @@ def decode_config(block_d: int, group_rows: int) -> dict[str, int]:
     """Tile sizes of the three decoding kernels.
 
     Rows per split program, keys per tile, warps (``SPLIT_WARPS`` of the split kernel, ``num_warps``
-    of the others), the merge kernel's rows and output columns per
-    program (``MERGE_M`` divides ``BLOCK_M``; four column blocks, so that a few KV heads still fill the
-    GPU) and the columns kernel's keys per program. `CONFIG_OVERRIDES` replaces entries on the GPU.
+    of the others), the merge kernel's rows and output columns per program (``MERGE_M`` divides
+    ``BLOCK_M``; four column blocks, so that a few KV heads still fill the GPU) and the columns
+    kernel's keys per program. `CONFIG_OVERRIDES` replaces entries on the GPU.
     """
     block_m = max(16, min(64, triton.next_power_of_2(group_rows)))
     merge_m = min(16, triton.next_power_of_2(group_rows))
