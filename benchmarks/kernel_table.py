@@ -10,8 +10,9 @@ Points run in priority order (r = 0.3 at 16K for every d first) until ``--budget
 autotuner's choices and the registers and spills of every compiled forward and T3 variant are written
 at the end. Writes ``kernel_table.csv`` (long format), ``kernel_table.md`` and ``kernel_resources.txt``.
 
-``KERNEL_TABLE_GRID=t1guard`` runs a short grid (Base, <=T1, <=T2 at d = 64 and 128, r = 0.3): run it in a
-second process with ``FLASHSTATS_T1_GUARD=select`` to compare T1's two ways of skipping zero weights.
+``KERNEL_TABLE_GRID=t1guard`` runs a short grid (Base, <=T1, <=T2 at d = 64, 96 and 128, r = 0.3, and d = 128
+at r = 0.1): run it in a second process with ``FLASHSTATS_T1_GUARD=always`` (or ``select``) to compare T1's
+ways of skipping zero weights (the default clamps on masked tiles only).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ POINTS = (
     + [(n, r, d, 8) for n in (16384, 32768) for r in (0.1, 0.5) for d in DIMS]
     + [(16384, 0.3, 96, 32)]  # MHA last: its variants are compiled on demand (not precompiled)
 )
-T1_GUARD_POINTS = [(n, 0.3, d, 8) for d in (64, 128) for n in (16384, 32768)]
+T1_GUARD_POINTS = [(16384, 0.3, 64, 8), (16384, 0.3, 128, 8), (16384, 0.1, 128, 8), (16384, 0.3, 96, 8)] + [
+    (32768, 0.3, d, 8) for d in (64, 128)
+]
 
 
 def _padded(fn):
@@ -108,7 +111,7 @@ def write_markdown(csv, path) -> None:
     text = f"# Kernel table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
     pin = os.environ.get("FLASHSTATS_CONFIG_INDEX") or ""
     tiles = f"tuning candidate {pin} of each head-dim class (pinned)" if pin else "autotuned"
-    guard = os.environ.get("FLASHSTATS_T1_GUARD") or "clamp"
+    guard = os.environ.get("FLASHSTATS_T1_GUARD") or "masked"
     text += f"bf16, batch 1; median of `triton.testing.do_bench`; tiles: {tiles}; "
     text += f"T1 zero-weight guard: {guard}.\n\n"
     text += (

@@ -108,3 +108,23 @@ def test_decode_path_follows_the_rule(backend, scale):
         )
         assert bool(torch.isnan(got.lse).all()) == poisoned and bool(torch.isnan(got.lse).any()) == poisoned
         _assert_same(got, want)
+
+
+@NAN_WARNINGS
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("softcap", [None, 4.0], ids=["nocap", "cap4"])
+def test_neg_inf_key_on_an_interior_tile(backend, softcap):
+    """A -inf score on a key tile that every row sees whole (keys 0..127 of rows 157..159, tiles of 64).
+
+    The forward skips T1's zero-weight clamp on such tiles; the -inf score makes its entropy sum NaN
+    there, and the row tile is redone with the clamp: the statistics still follow the rule.
+    """
+    q, k, v = _inputs(seed=3, hq=4, seq=160)
+    q[0, :, :, 0] = torch.tensor([1.0, -1.0, 2.0, 0.5])[:, None]  # heads 0, 2, 3 see -inf, head 1 +inf
+    k = _poison(k, 4, float("-inf"))
+    got = fk.response_attention(q, k, v, request=REQUEST, backend=backend, softcap=softcap)
+    want = fk.naive_response_attention(q.double(), k.double(), v.double(), request=REQUEST, softcap=softcap)
+    _assert_same(got, want)
+    assert torch.isfinite(got.rows.entropy[0, [0, 2, 3]]).all()
+    if softcap is None:  # (a soft cap maps +-inf to +-softcap: every row stays finite)
+        assert torch.isnan(got.lse[0, 1]).all()

@@ -23,8 +23,13 @@ from flashstats_kernels._problem import Varlen
 _MMA_NATIVE, _MMA_FP16, _MMA_FP32 = 0, 1, 2
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2)
 # How T1's entropy term ignores zero weights (read once, at import; a benchmark switch): ``p * max(u, -200)``
-# (default: one instruction per score) or ``p * where(p > 0, u, 0)`` (``FLASHSTATS_T1_GUARD=select``, two).
-_T1_SELECT = tl.constexpr(os.environ.get("FLASHSTATS_T1_GUARD") == "select")
+# on masked tiles only (default: one instruction per score there, none on interior tiles), on every tile
+# (``FLASHSTATS_T1_GUARD=always``) or ``p * where(p > 0, u, 0)`` on every tile (``=select``, two).
+_T1_GUARD = os.environ.get("FLASHSTATS_T1_GUARD", "masked")
+if _T1_GUARD not in ("masked", "always", "select"):
+    raise ValueError(f"FLASHSTATS_T1_GUARD must be masked, always or select, got {_T1_GUARD!r}")
+_T1_SELECT = tl.constexpr(_T1_GUARD == "select")
+T1_GUARD_ALWAYS = tl.constexpr(_T1_GUARD == "always")
 
 
 @triton.jit
@@ -132,7 +137,7 @@ def fwd_tile(
     MASKED: tl.constexpr, PM: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False, SCORES: tl.constexpr = False,
-    p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
+    p_sc=None, m_sc=None, LAZY: tl.constexpr = False, GUARD: tl.constexpr = True,
 ):  # fmt: skip
     """One key/value tile: online softmax and T1 accumulators (``MASKED`` off on interior tiles).
 
@@ -146,6 +151,7 @@ def fwd_tile(
     row term, a ``[BM, BN]`` tile) and ``b_q2`` a ``[BM, BN]`` tile, both rescaled with the running max
     and summed over keys once by the caller (`lazy_rows`), which saves two row reductions per tile
     (across warps when a tile of few rows is spread over the warps along its keys, as in decoding).
+    ``GUARD`` off skips T1's zero-weight clamp on an unmasked tile (see the comment at the clamp).
     """
     o_n = start_n + tl.arange(0, BLOCK_N)  # [BN]
     m_n = o_n < L
@@ -174,9 +180,12 @@ def fwd_tile(
     if ROWS:
         # invisible keys and -inf scores (p = 0, u = -inf): 0 log 0 = 0. Where p > 0, u >= -150 (exp2
         # underflows to 0 below it), so clamping u at -200 changes no term and costs one max per score.
+        # Without ``GUARD`` the clamp runs on masked tiles only: an interior tile's u are finite unless
+        # an input is infinite (p u = 0 where p underflows), and a -inf score there makes the entropy
+        # sum NaN with a finite l, which the forward detects and recomputes with ``GUARD``.
         if _T1_SELECT:
             b_u = tl.where(b_p > 0.0, b_u, 0.0)
-        else:
+        elif MASKED or GUARD:
             b_u = tl.maximum(b_u, -200.0)
         if LAZY:  # sum(A) + row term = the running entropy sum; sum(Q) = the squared-weight sum
             b_a = (alpha * (b_a[0] + b_l * (b_mx - b_mx_new)), alpha[:, None] * b_a[1] + b_p * b_u)
@@ -205,15 +214,16 @@ def fwd_range(
     HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, ROWS: tl.constexpr,
     MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr = False,
     SCORES: tl.constexpr = False, p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
+    GUARD: tl.constexpr = True,
 ):  # fmt: skip
-    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi`` (``SCORES``, ``LAZY``: `fwd_tile`)."""
+    """Run `fwd_tile` over the key tiles ``lo, lo + BLOCK_N, ... < hi`` (flags: `fwd_tile`)."""
     if WHILE:  # the interpreter cannot take runtime loop bounds in range()
         start_n = lo
         while start_n < hi:
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
             )  # fmt: skip
             start_n += BLOCK_N
     else:
@@ -221,7 +231,7 @@ def fwd_range(
             b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = fwd_tile(
                 start_n, b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale,
                 softcap, window, b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n, MASKED, PM, COUNT, EVEN_D,
-                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+                HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
             )  # fmt: skip
     return b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n
 
@@ -246,6 +256,7 @@ def fwd_inner(
     EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
     ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     SCORES: tl.constexpr = False, p_sc=None, m_sc=None, LAZY: tl.constexpr = False,
+    GUARD: tl.constexpr = True,
 ):  # fmt: skip
     """Unmasked key tiles ``lo <= j < hi``: every key visible to every row (no key mask, inside every window).
 
@@ -260,20 +271,20 @@ def fwd_inner(
         pb = tl.minimum(pa + BLOCK_N, hi)  # keys from pb on are not
         st = fwd_range(
             lo, pa, *a, *st, False, 1, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
         )  # fmt: skip
         st = fwd_range(
             pa, pb, *a, *st, False, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
         )  # fmt: skip
         st = fwd_range(
             pb, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
         )  # fmt: skip
     else:
         st = fwd_range(
             lo, hi, *a, *st, False, 0, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY,
+            BLOCK_N, SPLIT, SCORES, p_sc, m_sc, LAZY, GUARD,
         )  # fmt: skip
     return st
 

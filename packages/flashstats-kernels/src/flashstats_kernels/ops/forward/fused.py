@@ -13,6 +13,10 @@ non-negative terms and never cancels), ``q2 = sum 2^(2 (s - m))`` (``sum p^2 = q
 ``alpha = 2^(m - m')``: ``a <- alpha (a + l (m - m'))``, ``l <- alpha l``, ``q2 <- alpha^2 q2``,
 ``pm <- alpha pm``, before the tile's own terms are added.
 
+The entropy term ``2^u u`` needs ``0 * -inf = 0`` where a weight is zero; T1 clamps ``u`` for that on masked
+key tiles only. An interior tile's scores are finite for finite inputs; a row tile that met a ``-inf``
+score there (its entropy sum NaN, ``l`` finite) is recomputed with the clamp on every tile.
+
 The key-tile step (`fwd_tile`, `fwd_range`) and the launcher helpers live in ``ops._fused``, shared
 with the T2, T3 and decoding kernels.
 """
@@ -28,6 +32,7 @@ import triton.language as tl
 
 from flashstats_kernels._problem import Varlen, fold_scale_sign
 from flashstats_kernels.ops._fused import (
+    T1_GUARD_ALWAYS,
     TUNE_KEY,
     d_class,
     fwd_inner,
@@ -51,6 +56,47 @@ def _store_out(p_o, b_acc, b_ls, b_nan, o_d, m_m, m_d, sod):
     """Store ``acc / l`` (NaN rows stay NaN) at the rows ``p_o [BM, 1]`` and head-dim columns ``o_d``."""
     b_o = b_acc / b_ls[:, None] + b_nan[:, None]  # [BM, BD]
     tl.store(p_o + o_d[None, :] * sod, b_o.to(p_o.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
+
+
+@triton.jit
+def _key_tiles(
+    first, window, L, args, st,
+    EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    ROWS: tl.constexpr, MMA: tl.constexpr, WHILE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, GUARD: tl.constexpr,
+):  # fmt: skip
+    """Every key tile that the row tile starting at position ``first`` sees; returns the state ``st``.
+
+    ``args`` are `fwd_tile`'s leading arguments, ``st`` its running state. ``GUARD``: `fwd_tile`.
+    """
+    hi = tl.minimum(first + BLOCK_M, L)  # one past the last visible key of the tile
+    lo = 0
+    if HAS_WINDOW:  # key tiles wholly before every row's window are never loaded: O(L * w) work
+        lo = tl.maximum(first - window + 1, 0) // BLOCK_N * BLOCK_N
+    if HAS_MASK:  # every tile tests visibility
+        st = fwd_range(
+            lo, hi, *args, *st, True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT,
+        )  # fmt: skip
+    else:  # only the window's lower edge and the diagonal tiles need a mask; interior tiles run unmasked
+        mid = (first + 1) // BLOCK_N * BLOCK_N  # key tiles below it are at or before every row
+        inner = lo
+        if HAS_WINDOW:  # first key tile inside the window of every row of the tile
+            edge = tl.maximum(first + BLOCK_M - window, 0)
+            inner = tl.minimum(tl.maximum((edge + BLOCK_N - 1) // BLOCK_N * BLOCK_N, lo), mid)
+            st = fwd_range(
+                lo, inner, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
+                WHILE, BLOCK_N, SPLIT,
+            )  # fmt: skip
+        st = fwd_inner(
+            inner, mid, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
+            SPLIT, False, None, None, False, GUARD,
+        )  # fmt: skip
+        st = fwd_range(
+            mid, hi, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+            BLOCK_N, SPLIT,
+        )  # fmt: skip
+    return st
 
 
 @triton.jit(do_not_specialize=["R", "L", "window", "stat_stride", "size_class"])
@@ -109,33 +155,22 @@ def _fwd_kernel(
     args = (b_q, pos_q, p_k0, p_v0, p_km, plen, L, skn, skd, svn, svd, o_d, m_d, c2, scale, softcap, window)
 
     first = L - R + i_m * BLOCK_M  # position of the tile's first row
-    hi = tl.minimum(first + BLOCK_M, L)  # one past the last visible key of the tile
-    lo = 0
-    if HAS_WINDOW:  # key tiles wholly before every row's window are never loaded: O(L * w) work
-        lo = tl.maximum(first - window + 1, 0) // BLOCK_N * BLOCK_N
-    if HAS_MASK:  # every tile tests visibility
-        st = fwd_range(
-            lo, hi, *args, *st, True, 2, True, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
-    else:  # only the window's lower edge and the diagonal tiles need a mask; interior tiles run unmasked
-        mid = (first + 1) // BLOCK_N * BLOCK_N  # key tiles below it are at or before every row
-        inner = lo
-        if HAS_WINDOW:  # first key tile inside the window of every row of the tile
-            edge = tl.maximum(first + BLOCK_M - window, 0)
-            inner = tl.minimum(tl.maximum((edge + BLOCK_N - 1) // BLOCK_N * BLOCK_N, lo), mid)
-            st = fwd_range(
-                lo, inner, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA,
-                WHILE, BLOCK_N, SPLIT,
+    # rows without a key mask skip T1's zero-weight clamp on interior tiles (FAST); a row whose entropy
+    # sum came out NaN with a finite l met a -inf score there (an infinite input): the tile is redone
+    # with the clamp on every tile, so the rule of SEMANTICS.md holds at no cost to finite inputs
+    FAST: tl.constexpr = ROWS and not HAS_MASK and not T1_GUARD_ALWAYS
+    st0 = st
+    st = _key_tiles(
+        first, window, L, args, st0, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_M,
+        BLOCK_N, SPLIT, not FAST,
+    )  # fmt: skip
+    if FAST:
+        lost = (st[3] != st[3]) & (st[1] == st[1])  # [BM] NaN entropy sum, l not NaN
+        if tl.max(lost.to(tl.int32), 0) > 0:
+            st = _key_tiles(
+                first, window, L, args, st0, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
+                BLOCK_M, BLOCK_N, SPLIT, True,
             )  # fmt: skip
-        st = fwd_inner(
-            inner, mid, *args, *st, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE, BLOCK_N,
-            SPLIT,
-        )  # fmt: skip
-        st = fwd_range(
-            mid, hi, *args, *st, True, 2, False, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, ROWS, MMA, WHILE,
-            BLOCK_N, SPLIT,
-        )  # fmt: skip
     b_mx, b_l, b_acc, b_a, b_q2, b_pm, b_n = st
 
     has = b_l > 0.0  # the row sees at least one key
