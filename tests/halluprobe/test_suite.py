@@ -134,12 +134,14 @@ def test_localisation_runs_and_tables(tmp_path, two_tasks, record_factory):
     split = {s: _tokens(rng, n, "a") + _tokens(rng, n, "b") for s, n in (("train", 40), ("validation", 20),
                                                                          ("test", 20))}  # fmt: skip
     loc = suite.localisation_runs(split, 1, ["a", "b"], n_bootstrap=20)
-    assert list(loc["fit"]) == [suite.PLAIN_NAME, suite.CONTEXT_NAME]
+    per_task = suite.TASK_NAMES["mean"]
+    assert list(loc["fit"]) == [suite.PLAIN_NAME, suite.CONTEXT_NAME, per_task]
     assert loc["fit"][suite.PLAIN_NAME]["window"] == 0 and loc["fit"][suite.PLAIN_NAME]["smooth"] == 0
+    assert sorted(loc["fit"][per_task]["tasks"]) == ["a", "b"]
     assert [(r["method"], r["task"]) for r in loc["results"]][:3] == [
         (suite.PLAIN_NAME, t) for t in ("all", "a", "b")
     ]
-    assert len(loc["results"]) == 9 and loc["results"][0]["token_auroc"] > 0.8
+    assert len(loc["results"]) == 12 and loc["results"][0]["token_auroc"] > 0.8
     # the report writer: every file, and the CSV reads back to the same numbers
     ds = two_tasks[0]
     recs = suite.split_records(_store([ds], record_factory), ds)
@@ -165,6 +167,7 @@ def test_localisation_runs_and_tables(tmp_path, two_tasks, record_factory):
     )
     report = (tmp_path / "report.md").read_text()
     assert tables.main_markdown(rows) in report and "Chosen on validation" in report
+    assert f"- {per_task}: features mean, a: C = " in report
     assert (
         json.loads((tmp_path / "selection.json").read_text())["task_a"]["best_probe_by_validation"]
         == run.best_probe
@@ -231,3 +234,33 @@ def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
     short = {s: v[:-1] for s, v in views["mean+hidden"].items()}
     with pytest.raises(ValueError, match="must hold the same examples"):
         suite.localisation_runs(split, 1, ["a"], n_bootstrap=2, views={"heads": short})
+
+
+def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
+    """Two tasks whose token signal has opposite signs: one pooled probe cannot read both; per task can."""
+    from halluprobe.localisation import TokenExample, evaluate_spans
+
+    rng = np.random.default_rng(8)
+
+    def flipped(items):  # task "b": the signal column's sign reversed
+        return [(t, TokenExample(e.features * np.array([-1.0, 1.0], np.float32), e.offsets, e.gold, e.group))
+                for t, e in items]  # fmt: skip
+
+    split = {s: _tokens(rng, n, "a") + flipped(_tokens(rng, n, "b"))
+             for s, n in (("train", 40), ("validation", 20), ("test", 20))}  # fmt: skip
+    loc = suite.localisation_runs(split, 1, ["a", "b"], n_bootstrap=10)
+    name = suite.TASK_NAMES["mean"]
+    assert loc["chosen"] == name
+    rows = {(r["method"], r["task"]): r for r in loc["results"]}
+    assert rows[name, "all"]["span_f1"] > rows[suite.CONTEXT_NAME, "all"]["span_f1"] + 0.2
+    assert rows[name, "all"]["token_auroc"] > 0.8 and rows[name, "all"]["threshold"] == 0.0
+    # the scorer is each task's own probe: refit task b alone and score its test answers the same way
+    probes = suite._task_probes(split, ["a", "b"], "mean", 100_000)
+    assert probes.probes["b"].coef[0] < 0 < probes.probes["a"].coef[0]
+    test_b = [e for t, e in split["test"] if t == "b"]
+    pb = probes.probes["b"]
+    alone = evaluate_spans(test_b, [pb.decision_function(e.features) for e in test_b], pb.threshold,
+                           n_bootstrap=10, gap=pb.gap)  # fmt: skip
+    assert rows[name, "b"]["span_f1"] == pytest.approx(alone.span_f1)
+    with pytest.raises(ValueError, match="no token probe for task 'c'"):
+        probes.scores("c", test_b[0].features)

@@ -57,6 +57,7 @@ __all__ = [
     "TOKEN_VIEWS",
     "WINDOWS",
     "SpanResult",
+    "TaskTokenProbes",
     "TokenExample",
     "TokenProbe",
     "TokenStore",
@@ -167,13 +168,27 @@ def decode_spans(
     return tuple(Span(int(a), int(b), "hallucination") for a, b in edges.reshape(-1, 2))
 
 
+def _gaps(gap: int | Sequence[int], n: int) -> list[int]:
+    """One gap per answer: ``gap`` repeated, or the ``n`` given ones."""
+    if isinstance(gap, (int, np.integer)):
+        return [int(gap)] * n
+    gaps = [int(g) for g in gap]
+    if len(gaps) != n:
+        raise ValueError(f"expected one gap per answer ({n}), got {len(gaps)}")
+    return gaps
+
+
 def span_counts(
-    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float, gap: int = 0
-) -> np.ndarray:
-    """``[n, 3] float64``: overlapping, predicted and annotated characters of each answer."""
+    examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float,
+    gap: int | Sequence[int] = 0,
+) -> np.ndarray:  # fmt: skip
+    """``[n, 3] float64``: overlapping, predicted and annotated characters of each answer.
+
+    ``gap``: one for every answer, or one per answer (a scorer whose decoding depends on the answer).
+    """
     rows = []
-    for ex, s in zip(examples, scores, strict=True):
-        pred = _flagged_chars(ex.offsets, close_gaps(np.asarray(s) >= threshold, gap), len(ex.gold))
+    for ex, s, g in zip(examples, scores, _gaps(gap, len(examples)), strict=True):
+        pred = _flagged_chars(ex.offsets, close_gaps(np.asarray(s) >= threshold, g), len(ex.gold))
         rows.append((np.sum(pred & ex.gold), pred.sum(), ex.gold.sum()))
     return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
 
@@ -326,6 +341,33 @@ class TokenProbe:
         return decode_spans(offsets, self.decision_function(features), self.threshold, n_chars, self.gap)
 
 
+@dataclass(frozen=True)
+class TaskTokenProbes:
+    """One token probe per task, each fitted and decoded on its own task's splits, read as one scorer.
+
+    An answer is scored by its task's probe, shifted by that probe's threshold, so that one threshold
+    (0) flags every task's tokens; the gap closed is its task's. The task is the answer's dataset (a
+    RAGTruth task type, say), which a caller knows when it scores the answer.
+    """
+
+    probes: dict[str, TokenProbe]
+    """``{task: fitted TokenProbe}``."""
+
+    def _probe(self, task: str) -> TokenProbe:
+        if task not in self.probes:
+            raise ValueError(f"no token probe for task {task!r}; fitted for {sorted(self.probes)}")
+        return self.probes[task]
+
+    def scores(self, task: str, features: np.ndarray) -> np.ndarray:
+        """``[A]`` token scores of the task's probe minus its threshold (flag a token at ``>= 0``)."""
+        probe = self._probe(task)
+        return probe.decision_function(features) - probe.threshold
+
+    def gap(self, task: str) -> int:
+        """Gaps of at most this many tokens between flagged tokens are flagged (the task's probe)."""
+        return self._probe(task).gap
+
+
 def _stack(examples: Sequence[TokenExample], window: int = 0) -> tuple[np.ndarray, np.ndarray]:
     x = np.concatenate([context_features(e.features, window) for e in examples])
     return x, np.concatenate([e.labels for e in examples])
@@ -425,18 +467,22 @@ def _ci(values: list[float]) -> tuple[float, float]:
 
 def evaluate_spans(
     examples: Sequence[TokenExample], scores: Sequence[np.ndarray], threshold: float, *,
-    n_bootstrap: int = 500, seed: int = 42, gap: int = 0,
+    n_bootstrap: int = 500, seed: int = 42, gap: int | Sequence[int] = 0,
 ) -> SpanResult:  # fmt: skip
     """Token AUROC and character span precision/recall/F1 at ``threshold``, with group-bootstrap intervals.
 
-    ``gap``: gaps of at most this many tokens between flagged tokens are flagged (`close_gaps`).
+    ``gap``: gaps of at most this many tokens between flagged tokens are flagged (`close_gaps`); one
+    for every answer or one per answer.
     """
     from sklearn.metrics import roc_auc_score
 
     groups = sorted({e.group for e in examples})
     gi = np.array([groups.index(e.group) for e in examples])
     counts = span_counts(examples, scores, threshold, gap)
-    flags = np.concatenate([close_gaps(np.asarray(v) >= threshold, gap) for v in scores])
+    gaps = _gaps(gap, len(examples))
+    flags = np.concatenate(
+        [close_gaps(np.asarray(v) >= threshold, g) for v, g in zip(scores, gaps, strict=True)]
+    )
     y = np.concatenate([e.labels for e in examples])
     s = np.concatenate([np.asarray(v) for v in scores])
     tok_item = np.concatenate([np.full(len(e.offsets), k) for k, e in enumerate(examples)])

@@ -97,9 +97,9 @@ def _localisation(folder: Path, fits: Mapping[str, Any]) -> str:
         f"\nFor reference, LettuceDetect-large-v1 reports a span-level F1 of {LETTUCEDETECT_SPAN_F1:.3f} on "
         "RAGTruth (Kovács and Recski 2025, arXiv:2502.17125). What differs: a 395M-parameter "
         "ModernBERT-large encoder fine-tuned end to end on RAGTruth's training answers (about 15,000), "
-        "scored on the official 2,700-answer test set; here a frozen 135M proxy with a linear token probe, "
-        "trained on the training split of our group split of the three tasks, scored on its test split "
-        "(answers above).\n"
+        "scored on the official 2,700-answer test set; here a frozen 135M proxy with linear token probes "
+        "(pooled over the three tasks, or one per task), trained on the training split of our group split "
+        "of the three tasks, scored on its test split (answers above).\n"
     )
     return "".join(lines)
 

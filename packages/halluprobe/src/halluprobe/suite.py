@@ -280,19 +280,29 @@ VIEW_NAMES: dict[str, str] = {
 }
 """Row names of the probes on the other feature views (`halluprobe.token_data.TOKEN_VIEWS`)."""
 LOGPROB_NAME = "negative log-probability"
+TASK_NAMES: dict[str, str] = {
+    "mean": "token probes per task + context, smoothing, gap merging",
+    "mean+hidden": "token probes per task + hidden state + context, smoothing, gap merging",
+}
+"""Row names of the per-task token probes, by the feature view they read."""
+TASK_CS: tuple[float, ...] = (0.0001, 0.0003, 0.001, 0.003)
+"""``C`` grid of the per-task token probes: each task has a third of the pooled training tokens, and the
+pooled probes chose ``C`` at the low end of `halluprobe.localisation.TOKEN_CS` (0.0003-0.003, RAGTruth)."""
 
 
-def _context_probe(plain, train, val, max_tokens: int):
+def _context_probe(plain, train, val, max_tokens: int, cs: Sequence[float] | None = None):
     """`fit_token_probe`'s window search over ``WINDOWS`` reusing the fitted plain (window 0) probe.
 
     The window with the better validation token AUROC is kept (ties: window 0), then ``smooth``, ``gap``
-    and the threshold are chosen by validation span F1 (`choose_decoding`).
+    and the threshold are chosen by validation span F1 (`choose_decoding`). ``cs``: the ``C`` grid
+    (default `halluprobe.localisation.TOKEN_CS`).
     """
-    from halluprobe.localisation import WINDOWS, choose_decoding, fit_token_probe
+    from halluprobe.localisation import TOKEN_CS, WINDOWS, choose_decoding, fit_token_probe
 
     wide = fit_token_probe(
-        train, val, windows=[w for w in WINDOWS if w > 0], max_train_tokens=max_tokens, view=plain.view
-    )
+        train, val, cs=TOKEN_CS if cs is None else cs, windows=[w for w in WINDOWS if w > 0],
+        max_train_tokens=max_tokens, view=plain.view,
+    )  # fmt: skip
     if wide.val_auroc > plain.val_auroc + 1e-12:
         return wide
     sm, gap, thr, _ = choose_decoding(val, [plain.decision_function(e.features) for e in val])
@@ -306,8 +316,10 @@ def localisation_runs(
 ) -> dict[str, Any]:  # fmt: skip
     """Token probes (plain; with context and decoding searched; other views) and the negative log-probability.
 
-    Every token probe is fitted on train with ``C``, window and decoding chosen on validation; the one
-    with the best validation span F1 is the run's ``"chosen"`` scorer. The test split is scored once.
+    Every token probe is fitted on train with ``C``, window and decoding chosen on validation; with more
+    than one task, one probe per task (`TaskTokenProbes`, on ``"mean+hidden"`` when that view is given)
+    is one more scorer, its validation span F1 pooled over the tasks at each task's own decoding. The
+    scorer with the best validation span F1 is the run's ``"chosen"`` one. The test split is scored once.
 
     Args:
         split: ``{"train" | "validation" | "test": [(task, TokenExample), ...]}`` of the ``"mean"`` view.
@@ -323,7 +335,13 @@ def localisation_runs(
         ``{"fit": {name: choices}, "chosen": name, "n_features": F, "results": [rows: method, task,
         SpanResult fields]}``.
     """
-    from halluprobe.localisation import choose_span_threshold, evaluate_spans, fit_token_probe
+    from halluprobe.localisation import (
+        choose_span_threshold,
+        evaluate_spans,
+        fit_token_probe,
+        span_counts,
+        span_prf,
+    )
 
     train, val = [e for _, e in split["train"]], [e for _, e in split["validation"]]
     plain = fit_token_probe(
@@ -351,23 +369,58 @@ def localisation_runs(
         f1 = _span_f1(p, vv)
         fit[name] = {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
                      "gap": p.gap, "threshold": p.threshold, "view": p.view, "val_span_f1": f1}  # fmt: skip
+    methods = {
+        n: (lambda t, f, p=p: p.decision_function(f), p.threshold, lambda t, p=p: p.gap, tests[n])
+        for n, p in probes.items()
+    }
+    if len(tasks) > 1:  # one probe per task on the richest view given, read as one scorer
+        view = "mean+hidden" if "mean+hidden" in (views or {}) else "mean"
+        tsplit = split if view == "mean" else views[view]  # type: ignore[index]
+        per_task = _task_probes(tsplit, tasks, view, context_tokens)
+        name = TASK_NAMES[view]
+        vv = tsplit["validation"]
+        counts = span_counts(
+            [e for _, e in vv], [per_task.scores(t, e.features) for t, e in vv], 0.0,
+            [per_task.gap(t) for t, _ in vv],
+        )  # fmt: skip
+        fit[name] = {"view": view, "val_span_f1": float(span_prf(counts.sum(0))[2]), "tasks": {
+            t: {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
+                "gap": p.gap, "threshold": p.threshold} for t, p in per_task.probes.items()}}  # fmt: skip
+        methods[name] = (per_task.scores, 0.0, per_task.gap, tsplit["test"])
     chosen = max(fit, key=lambda n: (fit[n]["val_span_f1"], -list(fit).index(n)))
     for name in fit:
         fit[name]["chosen"] = name == chosen
-    methods = {n: (p.decision_function, p.threshold, p.gap, tests[n]) for n, p in probes.items()}
-    lp = lambda f: -f[:, logprob_column]
-    methods[LOGPROB_NAME] = (lp, choose_span_threshold(val, [lp(e.features) for e in val]), 0, split["test"])
+    lp = lambda t, f: -f[:, logprob_column]
+    lp_thr = choose_span_threshold(val, [lp("", e.features) for e in val])
+    methods[LOGPROB_NAME] = (lp, lp_thr, lambda t: 0, split["test"])
     out: dict[str, Any] = {"fit": fit, "chosen": chosen, "n_features": int(train[0].features.shape[1]),
                            "results": []}  # fmt: skip
     for name, (fn, thr, gap, test) in methods.items():
         for task in ("all", *tasks):
-            items = [e for t, e in test if task in ("all", t)]
+            items = [(t, e) for t, e in test if task in ("all", t)]
             res = evaluate_spans(
-                items, [fn(e.features) for e in items], thr, n_bootstrap=n_bootstrap, gap=gap
-            )
+                [e for _, e in items], [fn(t, e.features) for t, e in items], thr,
+                n_bootstrap=n_bootstrap, gap=[gap(t) for t, _ in items],
+            )  # fmt: skip
             row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
             out["results"].append({"method": name, "task": task, **row})
     return out
+
+
+def _task_probes(split, tasks: Sequence[str], view: str, context_tokens: int):
+    """`TaskTokenProbes`: per task, the plain probe then its context probe, fitted on that task alone."""
+    from halluprobe.localisation import TaskTokenProbes, fit_token_probe
+
+    probes = {}
+    for task in tasks:
+        tr = [e for t, e in split["train"] if t == task]
+        va = [e for t, e in split["validation"] if t == task]
+        plain = fit_token_probe(
+            tr, va, cs=TASK_CS, windows=PLAIN["windows"], smooths=PLAIN["smooths"], gaps=PLAIN["gaps"],
+            view=view,
+        )  # fmt: skip
+        probes[task] = _context_probe(plain, tr, va, context_tokens, cs=TASK_CS)
+    return TaskTokenProbes(probes)
 
 
 def _span_f1(probe, examples: Sequence[Any]) -> float:

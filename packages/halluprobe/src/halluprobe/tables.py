@@ -229,15 +229,22 @@ def localisation_markdown(rows: Sequence[Mapping[str, Any]], fits: Mapping[str, 
     ]  # fmt: skip
     head = ["scorer", "test", "token AUROC [95% CI]", "span P", "span R", "span F1 [95% CI]", "token F1",
             "answers / tokens"]  # fmt: skip
+
+    def choices(f: Mapping[str, Any]) -> str:
+        return (
+            f"C = {f['C']}, validation token AUROC {f['val_token_auroc']:.3f}, window {f['window']}, "
+            f"smoothing {f['smooth']}, gap {f['gap']}, threshold {f['threshold']:.4g}"
+        )
+
     chosen = "".join(
-        f"\n- {name}: features {f.get('view', 'mean')}, C = {f['C']}, validation token AUROC "
-        f"{f['val_token_auroc']:.3f}, window {f['window']}, smoothing {f['smooth']}, gap {f['gap']}, "
-        f"threshold {f['threshold']:.4g}"
+        f"\n- {name}: features {f.get('view', 'mean')}, "
+        + ("; ".join(f"{_name(t)}: {choices(c)}" for t, c in f["tasks"].items()) if "tasks" in f
+           else choices(f))
         + (f", validation span F1 {f['val_span_f1']:.3f}" if "val_span_f1" in f else "")
         + (" (**the scorer chosen by validation span F1**)" if f.get("chosen") else "")
         + "."
         for name, f in fits.items()
-    )
+    )  # fmt: skip
     return _md(head, body) + ("\nChosen on validation:\n" + chosen + "\n" if fits else "")
 
 
