@@ -290,6 +290,10 @@ TASK_CS: tuple[float, ...] = (0.0001, 0.0003, 0.001, 0.003)
 pooled probes chose ``C`` at the low end of `halluprobe.localisation.TOKEN_CS` (0.0003-0.003, RAGTruth)."""
 
 
+_Scorer = tuple[Callable[[str, Any], Any], float, Callable[[str], int], Sequence[Any]]
+"""A localisation scorer: (scores of ``(task, features)``, threshold, gap of a task, test items)."""
+
+
 def _context_probe(plain, train, val, max_tokens: int, cs: Sequence[float] | None = None):
     """`fit_token_probe`'s window search over ``WINDOWS`` reusing the fitted plain (window 0) probe.
 
@@ -369,19 +373,16 @@ def localisation_runs(
         f1 = _span_f1(p, vv)
         fit[name] = {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
                      "gap": p.gap, "threshold": p.threshold, "view": p.view, "val_span_f1": f1}  # fmt: skip
-    methods = {
-        n: (lambda t, f, p=p: p.decision_function(f), p.threshold, lambda t, p=p: p.gap, tests[n])
-        for n, p in probes.items()
-    }
+    methods: dict[str, _Scorer] = {n: _pooled_scorer(p, tests[n]) for n, p in probes.items()}
     if len(tasks) > 1:  # one probe per task on the richest view given, read as one scorer
         view = "mean+hidden" if "mean+hidden" in (views or {}) else "mean"
         tsplit = split if view == "mean" else views[view]  # type: ignore[index]
         per_task = _task_probes(tsplit, tasks, view, context_tokens)
         name = TASK_NAMES[view]
-        vv = tsplit["validation"]
+        tv = tsplit["validation"]
         counts = span_counts(
-            [e for _, e in vv], [per_task.scores(t, e.features) for t, e in vv], 0.0,
-            [per_task.gap(t) for t, _ in vv],
+            [e for _, e in tv], [per_task.scores(t, e.features) for t, e in tv], 0.0,
+            [per_task.gap(t) for t, _ in tv],
         )  # fmt: skip
         fit[name] = {"view": view, "val_span_f1": float(span_prf(counts.sum(0))[2]), "tasks": {
             t: {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
@@ -390,9 +391,15 @@ def localisation_runs(
     chosen = max(fit, key=lambda n: (fit[n]["val_span_f1"], -list(fit).index(n)))
     for name in fit:
         fit[name]["chosen"] = name == chosen
-    lp = lambda t, f: -f[:, logprob_column]
+
+    def lp(task: str, features: Any) -> Any:
+        return -features[:, logprob_column]
+
+    def no_gap(task: str) -> int:
+        return 0
+
     lp_thr = choose_span_threshold(val, [lp("", e.features) for e in val])
-    methods[LOGPROB_NAME] = (lp, lp_thr, lambda t: 0, split["test"])
+    methods[LOGPROB_NAME] = (lp, lp_thr, no_gap, split["test"])
     out: dict[str, Any] = {"fit": fit, "chosen": chosen, "n_features": int(train[0].features.shape[1]),
                            "results": []}  # fmt: skip
     for name, (fn, thr, gap, test) in methods.items():
@@ -405,6 +412,18 @@ def localisation_runs(
             row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
             out["results"].append({"method": name, "task": task, **row})
     return out
+
+
+def _pooled_scorer(probe, test: Sequence[Any]) -> _Scorer:
+    """One token probe read the same way for every task."""
+
+    def scores(task: str, features: Any) -> Any:
+        return probe.decision_function(features)
+
+    def gap(task: str) -> int:
+        return int(probe.gap)
+
+    return scores, float(probe.threshold), gap, test
 
 
 def _task_probes(split, tasks: Sequence[str], view: str, context_tokens: int):
