@@ -478,8 +478,8 @@ def evaluate_spans(
 
     groups = sorted({e.group for e in examples})
     gi = np.array([groups.index(e.group) for e in examples])
-    counts = span_counts(examples, scores, threshold, gap)
     gaps = _gaps(gap, len(examples))
+    counts = span_counts(examples, scores, threshold, gaps)
     flags = np.concatenate(
         [close_gaps(np.asarray(v) >= threshold, g) for v, g in zip(scores, gaps, strict=True)]
     )

@@ -371,8 +371,7 @@ def localisation_runs(
         vsplit = split if p.view == "mean" else views[p.view]  # type: ignore[index]
         vv = [e for _, e in vsplit["validation"]]
         f1 = _span_f1(p, vv)
-        fit[name] = {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
-                     "gap": p.gap, "threshold": p.threshold, "view": p.view, "val_span_f1": f1}  # fmt: skip
+        fit[name] = {**_choices(p), "view": p.view, "val_span_f1": f1}
     methods: dict[str, _Scorer] = {n: _pooled_scorer(p, tests[n]) for n, p in probes.items()}
     if len(tasks) > 1:  # one probe per task on the richest view given, read as one scorer
         view = "mean+hidden" if "mean+hidden" in (views or {}) else "mean"
@@ -384,9 +383,8 @@ def localisation_runs(
             [e for _, e in tv], [per_task.scores(t, e.features) for t, e in tv], 0.0,
             [per_task.gap(t) for t, _ in tv],
         )  # fmt: skip
-        fit[name] = {"view": view, "val_span_f1": float(span_prf(counts.sum(0))[2]), "tasks": {
-            t: {"C": p.C, "val_token_auroc": p.val_auroc, "window": p.window, "smooth": p.smooth,
-                "gap": p.gap, "threshold": p.threshold} for t, p in per_task.probes.items()}}  # fmt: skip
+        fit[name] = {"view": view, "val_span_f1": float(span_prf(counts.sum(0))[2]),
+                     "tasks": {t: _choices(p) for t, p in per_task.probes.items()}}  # fmt: skip
         methods[name] = (per_task.scores, 0.0, per_task.gap, tsplit["test"])
     chosen = max(fit, key=lambda n: (fit[n]["val_span_f1"], -list(fit).index(n)))
     for name in fit:
@@ -412,6 +410,12 @@ def localisation_runs(
             row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
             out["results"].append({"method": name, "task": task, **row})
     return out
+
+
+def _choices(probe) -> dict[str, Any]:
+    """What validation chose for a token probe (``C``, window, decoding) and its validation token AUROC."""
+    return {"C": probe.C, "val_token_auroc": probe.val_auroc, "window": probe.window, "smooth": probe.smooth,
+            "gap": probe.gap, "threshold": probe.threshold}  # fmt: skip
 
 
 def _pooled_scorer(probe, test: Sequence[Any]) -> _Scorer:
