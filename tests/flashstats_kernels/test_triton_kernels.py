@@ -262,6 +262,22 @@ def test_tuning_candidates_carry_an_optional_register_cap(monkeypatch):
     assert "maxnreg" not in pinned_config(table)
 
 
+def test_deterministic_algorithms_pin_the_first_candidate_unless_a_pin_is_set(monkeypatch):
+    """Autotuning picks by timing (it may differ between processes); torch's determinism flag fixes it."""
+    table = ((128, 64, 8, 3), (64, 64, 4, 2))
+    monkeypatch.delenv("FLASHSTATS_CONFIG_INDEX", raising=False)
+    assert pinned_config(table) is None  # autotuned
+    flag = torch.are_deterministic_algorithms_enabled()
+    before = flag, torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        assert pinned_config(table) == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+        monkeypatch.setenv("FLASHSTATS_CONFIG_INDEX", "1")  # an explicit pin still wins
+        assert pinned_config(table)["BLOCK_M"] == 64
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 SPLIT_CASES = [  # the head dim as a power-of-two head plus a narrow tail
     Case(1, 4, 2, 70, 150, 80, pad="middle", prompt="batch"),
     Case(1, 2, 1, 90, 90, 96, softcap=30.0, window=40),

@@ -283,3 +283,27 @@ def test_no_progress_turns_off_transformers_bars_too():
     finally:
         hf_logging.enable_progress_bar()
     assert seen == [True, False]
+
+
+def test_deterministic_kernels_turns_on_torchs_flag_for_cuda_only(monkeypatch):
+    """A CUDA run of a CLI pins the kernels' configs through torch's flag; CPU runs and --autotune do not."""
+    import argparse
+    import os
+
+    flag = torch.are_deterministic_algorithms_enabled()
+    before = flag, torch.is_deterministic_algorithms_warn_only_enabled()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.use_deterministic_algorithms(False)
+    try:
+        assert not clikit.deterministic_kernels("cpu") and not torch.are_deterministic_algorithms_enabled()
+        assert not clikit.deterministic_kernels("cuda:0", autotune=True)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert clikit.deterministic_kernels("cuda:1")  # the flag only: nothing touches a device here
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()  # ops without a deterministic form warn
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    p = argparse.ArgumentParser()
+    clikit.add_autotune_arg(p)
+    assert not p.parse_args([]).autotune and p.parse_args(["--autotune"]).autotune

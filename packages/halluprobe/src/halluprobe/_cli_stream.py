@@ -37,6 +37,7 @@ def add_stream_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="--generate --sample: random seed (default 0)")
     clikit.add_json_arg(p, STREAM, lines=True)
     clikit.add_device_arg(p)
+    clikit.add_autotune_arg(p)
 
 
 def _stdin_chunks():
@@ -78,7 +79,9 @@ def cmd_stream(args) -> int:
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
     clikit.quiet_transformers()
-    scorer = StreamingScorer(Detector.load(args.detector), device=clikit.resolve_device(args.device))
+    device = clikit.resolve_device(args.device)
+    clikit.deterministic_kernels(device, args.autotune)
+    scorer = StreamingScorer(Detector.load(args.detector), device=device)
     last = None
     for u in _updates(args, scorer):
         last = u

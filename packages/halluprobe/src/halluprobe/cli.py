@@ -46,6 +46,7 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
     )
     clikit.add_device_arg(p)
+    clikit.add_autotune_arg(p)
     p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
     p.add_argument(
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, default=8, help="answers per proxy forward with --input (default 8)"
     )
     clikit.add_device_arg(p)
+    clikit.add_autotune_arg(p)
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
     p.add_argument(
         "--spans", action="store_true", help="also print the answer's predicted hallucinated spans"
@@ -210,6 +212,7 @@ def parse_limit(text: str | int | None, dataset: str) -> int | None:
 def _setup(args):
     """Dataset, extractor, cache and distributed world of a run (``torchrun`` starts one per device)."""
     device = clikit.resolve_device(args.device)  # before any heavy import: a bad device fails at once
+    clikit.deterministic_kernels(device, args.autotune)
     clikit.check_out_dir(args.out)
     parse_layers(args.layers)  # the syntax, before the proxy loads
     if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
@@ -411,6 +414,7 @@ def cmd_evaluate(args) -> int:
     from halluprobe.extract import extract_records
 
     device = clikit.resolve_device(args.device)
+    clikit.deterministic_kernels(device, args.autotune)
     for flag, value in (("--layers", args.layers), ("--proxy", args.proxy)):
         if value is not None:
             raise clikit.UsageError(
@@ -490,6 +494,7 @@ def cmd_predict(args) -> int:
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     device = clikit.resolve_device(args.device)
+    clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
         read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
     )

@@ -65,9 +65,11 @@ __all__ = [
     "ConventionParser",
     "UsageError",
     "JsonSchema",
+    "add_autotune_arg",
     "add_device_arg",
     "add_json_arg",
     "check_out_dir",
+    "deterministic_kernels",
     "emit",
     "emit_json",
     "is_quiet",
@@ -148,6 +150,36 @@ def _version(dist: str) -> str:
 def add_device_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--device`` (default ``auto``), to be checked with `resolve_device`."""
     parser.add_argument("--device", default="auto", metavar="DEVICE", help=DEVICE_HELP)
+
+
+AUTOTUNE_HELP = (
+    "autotune the attention kernels on CUDA (can be a little faster; results may then differ in the last "
+    "bits from run to run). Default: torch.use_deterministic_algorithms(True), which fixes the kernels' "
+    "tile sizes and cuBLAS's reductions, so a run on the same GPU and versions repeats bit for bit"
+)
+
+
+def add_autotune_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--autotune`` (off by default), to be passed to `deterministic_kernels`."""
+    parser.add_argument("--autotune", action="store_true", help=AUTOTUNE_HELP)
+
+
+def deterministic_kernels(device: str, autotune: bool = False) -> bool:
+    """Make a CUDA run bitwise repeatable unless ``autotune``; returns whether it did.
+
+    Calls ``torch.use_deterministic_algorithms(True, warn_only=True)`` (flashstats-kernels then runs
+    each kernel's first tuning candidate instead of the fastest by timing, which may differ between
+    processes and adds in another order) and sets ``CUBLAS_WORKSPACE_CONFIG`` when unset (cuBLAS needs
+    it to reduce deterministically; call this before the first CUDA matmul). A process-wide setting:
+    for the process of a CLI command. Nothing changes on other devices.
+    """
+    if autotune or not str(device).startswith("cuda"):
+        return False
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return True
 
 
 def resolve_device(name: str | None, flag: str = "--device") -> str:
