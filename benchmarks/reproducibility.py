@@ -10,6 +10,10 @@ of each output. The configs that autotuning kept are listed per run.
 
     python3 benchmarks/reproducibility.py --out OUT   # on a GPU; writes OUT/reproducibility.csv
     uv run python benchmarks/reproducibility.py --out /tmp/r --device cpu --modes autotune,autotune  # dry run
+    python3 benchmarks/reproducibility.py --out OUT --compare-caches RUN1 RUN2 ...  # halluprobe --out folders
+
+``--compare-caches`` compares the record caches of ``halluprobe extract`` runs (their ``--out``
+folders) with the first one: shard files bitwise equal, and the largest difference of each record array.
 """
 
 from __future__ import annotations
@@ -58,6 +62,38 @@ def _chosen_configs() -> dict:
     return out
 
 
+def compare_caches(runs: list[Path]) -> list[str]:
+    """One line per ``halluprobe extract`` output folder: equal to the first, and the worst differences."""
+    import numpy as np
+    from halluprobe.cache import _read_shard
+
+    def load(run: Path):
+        root = run / "cache"
+        shards = json.loads((root / "index.json").read_text())["shards"]
+        recs = {r.id: r for s in shards for r in _read_shard(root / s["file"])}
+        return [s["sha256"] for s in shards], recs
+
+    ref_sha, ref = load(runs[0])
+    lines = []
+    for run in runs:
+        sha, recs = load(run)
+        worst: dict[str, float] = {}
+        for rid, r in ref.items():
+            for f in dataclasses.fields(r):
+                v = getattr(r, f.name)
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+                    d = np.abs(v - getattr(recs[rid], f.name))
+                    worst[f.name] = max(
+                        worst.get(f.name, 0.0), float(np.nanmax(d)) if np.isfinite(d).any() else 0.0
+                    )
+        diffs = ", ".join(f"{k} {v:.3g}" for k, v in worst.items())
+        same = sha == ref_sha
+        lines.append(
+            f"{run}: {len(recs)} records, shards bitwise equal to the first: {same}; max abs diff: {diffs}"
+        )
+    return lines
+
+
 def child(mode: str, save: Path, device: str) -> None:
     """One fresh-process run of ``mode``; saves its outputs and the autotuned configs."""
     import torch
@@ -101,10 +137,17 @@ def main(argv=None) -> int:
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--save", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--compare-caches", nargs="+", type=Path, default=None, metavar="RUN")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated runs, each in a fresh process")
     args = p.parse_args(argv)
     if args.child:
         child(args.child, args.save, args.device)
+        return 0
+    if args.compare_caches:
+        lines = compare_caches(args.compare_caches)
+        print("\n".join(lines))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "compare_caches.log").write_text("\n".join(lines) + "\n")
         return 0
     import torch
 
