@@ -38,6 +38,7 @@ PAGES = {
     "streaming-cost": "guide/streaming/#cost",
     "results-performance": "results/performance/#tier-table-paper-q2",
     "reproduce": "results/reproduce/#tables",
+    "results-reproducibility": "results/performance/#reproducibility",
 }
 
 
