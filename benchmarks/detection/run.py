@@ -95,6 +95,7 @@ def phase_extract(args) -> None:
         "seconds_per_example": te.seconds / max(te.count, 1), "backend": ext.backend, "log": te.log,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
         "device": _device_name(args.device), "dtype": str(_dtype(args)), "batch_size": args.batch_size,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
         "layers": list(range(int(model.config.num_hidden_layers))),
         "induction": induction_scores(model).tolist(), "complete": complete,
     }  # fmt: skip

@@ -264,3 +264,15 @@ def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
     assert rows[name, "b"]["span_f1"] == pytest.approx(alone.span_f1)
     with pytest.raises(ValueError, match="no token probe for task 'c'"):
         probes.scores("c", test_b[0].features)
+
+
+def test_cost_section_says_whether_a_rerun_repeats_the_extraction():
+    """Deterministic runs say they repeat; autotuned GPU runs (or ones that predate the key) may not."""
+    run = {"examples_computed": 10, "seconds_per_example": 0.1, "batch_size": 4, "device": "NVIDIA H200",
+           "dtype": "torch.bfloat16", "backend": "triton", "peak_gpu_bytes": 2**30}  # fmt: skip
+    assert "repeats every record bit for bit" in tables.cost_markdown(None, {**run, "deterministic": True})
+    for autotuned in ({**run, "deterministic": False}, run):
+        text = tables.cost_markdown(None, autotuned)
+        assert "were autotuned" in text and "bit for bit" in text
+    cpu = {**run, "device": "cpu", "peak_gpu_bytes": None}
+    assert "bit for bit" not in tables.cost_markdown(None, cpu)
