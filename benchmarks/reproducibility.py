@@ -62,35 +62,35 @@ def _chosen_configs() -> dict:
     return out
 
 
-def compare_caches(runs: list[Path]) -> list[str]:
-    """One line per ``halluprobe extract`` output folder: equal to the first, and the worst differences."""
+def _max_diff(a, b) -> float:
+    """Largest ``|a - b|`` over the entries finite in both arrays (0 when none is)."""
     import numpy as np
-    from halluprobe.cache import _read_shard
 
-    def load(run: Path):
-        root = run / "cache"
-        shards = json.loads((root / "index.json").read_text())["shards"]
-        recs = {r.id: r for s in shards for r in _read_shard(root / s["file"])}
-        return [s["sha256"] for s in shards], recs
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    finite = np.isfinite(a) & np.isfinite(b)
+    return float(np.abs(a - b)[finite].max()) if finite.any() else 0.0
 
-    ref_sha, ref = load(runs[0])
+
+def compare_caches(runs: list[Path]) -> list[str]:
+    """One line per ``halluprobe extract`` output folder: bitwise equal to the first? worst differences."""
+    import numpy as np
+    from halluprobe.cache import FeatureCache
+
+    def load(run: Path) -> dict:
+        return {r.id: r for r in FeatureCache(run / "cache", {}).load()}  # every record, in shard order
+
+    ref = load(runs[0])
     lines = []
     for run in runs:
-        sha, recs = load(run)
-        worst: dict[str, float] = {}
+        recs, worst, same = load(run), {}, True
         for rid, r in ref.items():
             for f in dataclasses.fields(r):
-                v = getattr(r, f.name)
-                if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
-                    d = np.abs(v - getattr(recs[rid], f.name))
-                    worst[f.name] = max(
-                        worst.get(f.name, 0.0), float(np.nanmax(d)) if np.isfinite(d).any() else 0.0
-                    )
+                v, u = getattr(r, f.name), getattr(recs[rid], f.name)
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                    same = same and np.array_equal(v, u, equal_nan=True)
+                    worst[f.name] = max(worst.get(f.name, 0.0), _max_diff(v, u))
         diffs = ", ".join(f"{k} {v:.3g}" for k, v in worst.items())
-        same = sha == ref_sha
-        lines.append(
-            f"{run}: {len(recs)} records, shards bitwise equal to the first: {same}; max abs diff: {diffs}"
-        )
+        lines.append(f"{run}: {len(recs)} records, bitwise equal to the first: {same}; max abs diff: {diffs}")
     return lines
 
 
@@ -165,11 +165,7 @@ def main(argv=None) -> int:
     ref_mode, ref = runs[0]
     rows = []
     for i, (mode, run) in enumerate(runs):
-        diffs = {}
-        for name, t in ref["tensors"].items():
-            u = run["tensors"][name]
-            finite = torch.isfinite(t) & torch.isfinite(u)
-            diffs[name] = float((t[finite] - u[finite]).abs().max()) if finite.any() else 0.0
+        diffs = {n: _max_diff(t, run["tensors"][n]) for n, t in ref["tensors"].items()}
         mine = run["tensors"]
         equal = all(torch.equal(t.nan_to_num(), mine[n].nan_to_num()) for n, t in ref["tensors"].items())
         rows.append({"run": i, "mode": mode, "bitwise_equal_to_run0": equal,
