@@ -365,11 +365,22 @@ def test_kernels_match_fp64_reference_on_gpu(case, poisoned, record_testsuite_pr
     record_testsuite_property(case.id, ";".join(f"{k}={v:.3g}" for k, v in errors.items()))
 
 
+@pytest.mark.parametrize("parts", ["2", "4", "8"])
 @pytest.mark.parametrize("case", [VARIANT_CASES[1], CASES[5]], ids=lambda c: c.id)
-def test_t3_with_half_the_exponentials_on_fma_matches_fp64(case, poisoned, monkeypatch):
-    """The T3 variant that takes half of its exponentials from a polynomial (FlashAttention-4's split)."""
-    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", "1")
+def test_t3_with_a_share_of_the_exponentials_on_fma_matches_fp64(case, parts, poisoned, monkeypatch):
+    """T3 taking 1/2, 1/4 or 1/8 of its exponentials from a polynomial (FlashAttention-4's split)."""
+    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", parts)
     run_and_check(case, seed=11)
+
+
+def test_t3_split_exp_switch_names_its_values(monkeypatch):
+    from flashstats_kernels.ops.columns.fused import split_exp
+
+    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", "3")
+    with pytest.raises(ValueError, match="0, 2, 4 or 8"):
+        split_exp()
+    monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", "4")
+    assert split_exp() == 4
 
 
 @triton.jit
@@ -379,15 +390,21 @@ def _exp2_fma_kernel(X, Y, N: tl.constexpr):
 
 
 def test_exp2_on_fma_pipes_is_as_accurate_as_the_hardware_exponential():
-    """Relative error < 5e-7 (4 ulp) down to 2^-126; 0 below it and at -inf (as the flush-to-zero ex2)."""
+    """Relative error < 5e-7 (4 ulp) down to 2^-126; 0 below it and at -inf (as the flush-to-zero ex2);
+    NaN stays NaN. Includes the rounding boundaries (x = n +- 0.5) and the ends of the range."""
     gen = torch.Generator().manual_seed(0)
-    x = -torch.rand(4092, generator=gen, dtype=torch.float64) * 130
-    x = torch.cat([x, torch.tensor([0.0, -126.0, -1e-7, -float("inf")], dtype=torch.float64)]).float()
+    x = -torch.rand(4080, generator=gen, dtype=torch.float64) * 130
+    edges = [0.0, -126.0, -1e-7, -float("inf"), -0.5, -1.5, -125.5, -126.5, -126.0001, -125.9999, -0.4999999,
+             -0.5000001, -127.0, -1000.0, -3.0, float("nan")]  # fmt: skip
+    x = torch.cat([x, torch.tensor(edges, dtype=torch.float64)]).float()
+    x[-1] = torch.tensor(0x7FFFFFFF, dtype=torch.int32).view(torch.float32)  # the GPU's canonical NaN
     device = "cuda" if torch.cuda.is_available() else "cpu"
     y = torch.empty(4096, dtype=torch.float32, device=device)
     _exp2_fma_kernel[(1,)](x.to(device), y, N=4096)
     y = y.cpu().double()
     want = torch.exp2(x.double())
-    ok = want >= 2.0**-126
+    nan = torch.isnan(x)
+    assert torch.isnan(y[nan]).all()
+    ok = (want >= 2.0**-126) & ~nan
     assert ((y - want) / want)[ok].abs().max().item() < 5e-7  # 4 ulp of fp32
-    assert torch.all(y[~ok] == 0)
+    assert torch.all(y[~ok & ~nan] == 0)

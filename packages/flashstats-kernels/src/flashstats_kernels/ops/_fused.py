@@ -293,20 +293,49 @@ def fwd_inner(
 def exp2_fma(x):
     """``2^x`` for ``x <= 0`` on the FMA pipes instead of the special-function unit (as FlashAttention-4).
 
-    ``x = n + f`` with ``n = floor(x)``; a degree-5 polynomial gives ``2^f`` on ``[0, 1)`` (fit to 1.7e-7
-    relative, within 4 ulp of fp32 after rounding), and ``n`` is added to the exponent bits. Below ``-126``
-    (weights under 1.2e-38, and ``-inf``) the result is 0, as the flush-to-zero hardware exponential gives.
+    ``x = n + f`` with ``n`` the nearest integer, found by adding and subtracting ``1.5 * 2^23`` (the sum
+    holds ``n`` in its low mantissa bits: no rounding instruction); a degree-5 polynomial gives ``2^f``
+    on ``[-0.5, 0.5]`` (fit to 7.5e-8 relative, within 4 ulp of fp32 after rounding), and ``n`` is added
+    to the exponent bits. Below ``-126`` (weights under 1.2e-38, and ``-inf``) the result is 0, as the
+    flush-to-zero hardware exponential gives; NaN stays NaN.
     """
-    x = tl.maximum(x, -127.0)
-    n = tl.floor(x)
-    f = x - n
-    p = 0.0018753765720574177 * f + 0.008987259186205465
-    p = p * f + 0.05583596542890105
-    p = p * f + 0.24014649504445698
-    p = p * f + 0.693154737975131
-    p = p * f + 0.9999998342756796
-    bits = p.to(tl.int32, bitcast=True) + (n.to(tl.int32) << 23)
-    return tl.where(x >= -126.0, bits.to(tl.float32, bitcast=True), 0.0)
+    x = tl.maximum(x, -127.0, propagate_nan=tl.PropagateNan.ALL)
+    t = x + 12582912.0  # 1.5 * 2^23: t's low mantissa bits hold n = round(x) (|n| < 2^22)
+    f = x - (t - 12582912.0)  # [-0.5, 0.5]
+    p = 0.001327647205978305 * f + 0.009675541397064169
+    p = p * f + 0.055507132738345843
+    p = p * f + 0.24022119722686588
+    p = p * f + 0.6931469670642145
+    p = p * f + 1.0000000716549162
+    # (0x4B400000 + n) << 23 wraps to n << 23 in 32 bits: n added to p's exponent field
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    y = tl.where(x < -126.0, 0.0, bits.to(tl.float32, bitcast=True))
+    return tl.where(x == x, y, x)  # NaN: the exponent arithmetic above can turn its bits finite
+
+
+@triton.jit
+def _halves(x, BN: tl.constexpr, BM: tl.constexpr):
+    """The two column halves ``x[:, :BM // 2]``, ``x[:, BM // 2:]`` of a ``[BN, BM]`` tile (in registers)."""
+    return tl.split(tl.permute(tl.reshape(x, [BN, 2, BM // 2]), [0, 2, 1]))
+
+
+@triton.jit
+def exp2_row_sums(b_u, BN: tl.constexpr, BM: tl.constexpr, FMA_PARTS: tl.constexpr):
+    """``sum_j 2^u[:, j]`` of a ``[BN, BM]`` tile, the last ``1 / FMA_PARTS`` of its columns on `exp2_fma`.
+
+    ``FMA_PARTS``: 0 (every exponential on the special-function unit), 2, 4 or 8.
+    """
+    if FMA_PARTS == 0:
+        return tl.sum(tl.exp2(b_u), 1)
+    lo, hi = _halves(b_u, BN, BM)
+    if FMA_PARTS == 2:
+        return tl.sum(tl.exp2(lo), 1) + tl.sum(exp2_fma(hi), 1)
+    hi_lo, hi_hi = _halves(hi, BN, BM // 2)
+    if FMA_PARTS == 4:
+        return tl.sum(tl.exp2(lo), 1) + tl.sum(tl.exp2(hi_lo), 1) + tl.sum(exp2_fma(hi_hi), 1)
+    last_lo, last_hi = _halves(hi_hi, BN, BM // 4)
+    mufu = tl.sum(tl.exp2(lo), 1) + tl.sum(tl.exp2(hi_lo), 1) + tl.sum(tl.exp2(last_lo), 1)
+    return mufu + tl.sum(exp2_fma(last_hi), 1)
 
 
 @triton.jit
@@ -315,12 +344,12 @@ def col_tile(
     b_sum, b_cnt,
     MASKED: tl.constexpr, COUNT: tl.constexpr, EVEN_D: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
-    EXP_FMA: tl.constexpr,
+    FMA_PARTS: tl.constexpr,
 ):  # fmt: skip
     """Add the weights of one response query tile to the column accumulators of the key tile.
 
     Interior tiles (``MASKED`` off) hold only counted rows that see every key of the key tile.
-    ``EXP_FMA`` takes the exponentials on the FMA pipes (`exp2_fma`) instead of the MUFU.
+    ``FMA_PARTS``: `exp2_row_sums` (a share of the exponentials on the FMA pipes).
     """
     o_m = start_m + tl.arange(0, BLOCK_M)  # [BM]
     m_m = o_m < R
@@ -346,11 +375,8 @@ def col_tile(
         b_u = tl.where(vis, b_u, float("-inf"))
         if COUNT:
             b_cnt += tl.sum(vis.to(tl.int32), 1)
-    if EXP_FMA:
-        b_p = exp2_fma(b_u)
-    else:
-        b_p = tl.exp2(b_u)
-    return b_sum + tl.sum(b_p, 1), b_cnt
+    BN: tl.constexpr = b_u.shape[0]
+    return b_sum + exp2_row_sums(b_u, BN, BLOCK_M, FMA_PARTS), b_cnt
 
 
 @triton.jit
@@ -361,24 +387,13 @@ def col_step(
     HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, MMA: tl.constexpr, BLOCK_M: tl.constexpr,
     SPLIT_EXP: tl.constexpr,
 ):  # fmt: skip
-    """One query tile; with ``SPLIT_EXP`` as two half tiles, the first on the MUFU, the second on FMAs."""
+    """One query tile; ``SPLIT_EXP`` (0, 2, 4, 8): 1 / ``SPLIT_EXP`` of its exponentials on FMAs."""
     # compile-time flags are passed one by one: a tuple of them is no constexpr when compiled
-    a = (b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap, window)
-    if SPLIT_EXP:
-        b_sum, b_cnt = col_tile(
-            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA,
-            BLOCK_M // 2, False,
-        )  # fmt: skip
-        b_sum, b_cnt = col_tile(
-            start_m + BLOCK_M // 2, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP,
-            HAS_WINDOW, MMA, BLOCK_M // 2, True,
-        )  # fmt: skip
-    else:
-        b_sum, b_cnt = col_tile(
-            start_m, *a, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
-            False,
-        )  # fmt: skip
-    return b_sum, b_cnt
+    return col_tile(
+        start_m, b_k, o_n, keep_k, p_q0, p_km, Lse_bh, plen, R, L, sqm, sqd, o_d, m_d, c2, scale, softcap,
+        window, b_sum, b_cnt, MASKED, COUNT, EVEN_D, HAS_MASK, HAS_SOFTCAP, HAS_WINDOW, MMA, BLOCK_M,
+        SPLIT_EXP,
+    )  # fmt: skip
 
 
 @triton.jit

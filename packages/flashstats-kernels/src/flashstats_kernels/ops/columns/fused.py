@@ -133,12 +133,18 @@ def _tuned_columns(dc: int):
     return triton.autotune(configs, key=[*TUNE_KEY, "SPLIT_EXP"])(_columns_kernel)
 
 
-def split_exp() -> bool:
-    """Whether ``FLASHSTATS_T3_SPLIT_EXP=1`` asks for half of T3's exponentials on the FMA pipes.
+def split_exp() -> int:
+    """``k`` of ``FLASHSTATS_T3_SPLIT_EXP=k`` (2, 4 or 8): 1 / k of T3's exponentials on the FMA pipes.
 
-    Read at call time: a benchmark switch while the variant is measured.
+    0 when unset or 0 (every exponential on the special-function unit). Read at call time: a benchmark
+    switch while the variant is measured.
     """
-    return os.environ.get("FLASHSTATS_T3_SPLIT_EXP") == "1"
+    raw = os.environ.get("FLASHSTATS_T3_SPLIT_EXP", "0") or "0"
+    if raw not in ("0", "2", "4", "8"):
+        raise ValueError(
+            f"FLASHSTATS_T3_SPLIT_EXP must be 0, 2, 4 or 8 (1 / k of the exponentials on FMAs), got {raw!r}"
+        )
+    return int(raw)
 
 
 def columns_config(dtype: torch.dtype, block_d: int) -> dict[str, int] | None:
