@@ -449,15 +449,22 @@ def cmd_evaluate(args) -> int:
 def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
 
+    A line's ``id`` (a string or an integer) is its id as a string; a missing or null ``id`` gives the
+    line number. Blank lines are skipped.
+
     Raises:
-        ValueError: ``path:line: ...`` for a line that is not a JSON object with string ``context`` and
-            ``answer`` (``question`` and ``id`` optional).
+        ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
+            ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
     """
     ids, triples = [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)") from None
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -467,7 +474,12 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
             for key in ("context", "answer", "question"):
                 if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
                     raise ValueError(f"{path}:{n}: field {key!r} must be a string")
-            ids.append(str(rec.get("id", n)))
+            if not rec["answer"].strip():
+                raise ValueError(f"{path}:{n}: the answer is empty")
+            item_id = rec.get("id")
+            if item_id is not None and (isinstance(item_id, bool) or not isinstance(item_id, str | int)):
+                raise ValueError(f"{path}:{n}: field 'id' must be a string or an integer")
+            ids.append(str(n if item_id is None else item_id))
             triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
     if not triples:
         raise ValueError(f"{path}: no answers to score")
@@ -493,6 +505,8 @@ def cmd_predict(args) -> int:
         raise clikit.UsageError("give either --context and --answer, or --input FILE")
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.answer is not None and not args.answer.strip():
+        raise clikit.UsageError("--answer is empty: nothing to score")
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
