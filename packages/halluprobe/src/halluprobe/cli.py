@@ -222,6 +222,8 @@ def _setup(args):
     from halubench_data import load
 
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
+    labelled = {"train": ("train", "validation", "test")}.get(args.command, (getattr(args, "split", None),))
+    check_labels(ds, args.dataset, [s for s in labelled if s], f"halluprobe {args.command}")
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
@@ -243,6 +245,22 @@ def _setup(args):
     settings = {**ext.settings, "proxy": args.proxy or "default"}
     cache = FeatureCache(Path(args.out) / "cache", settings)
     return ds, ext, cache
+
+
+def check_labels(ds, spec: str, splits: Sequence[str], what: str) -> None:
+    """`clikit.UsageError` naming ``--dataset`` unless each of ``splits`` holds both labels.
+
+    Fitting, threshold choice and AUROC need supported (0) and hallucinated (1) answers; checked before
+    the proxy loads, so an empty file or a one-label split fails at once and writes nothing.
+    """
+    for split in splits:
+        labels = [int(y) for y in ds.split(split).labels]
+        n1 = sum(labels)
+        if n1 in (0, len(labels)):
+            counts = f"{n1} hallucinated (1) and {len(labels) - n1} supported (0)" if labels else "0"
+            raise clikit.UsageError(
+                f"--dataset {spec}: the {split} split has {counts} examples; {what} needs both labels in it"
+            )
 
 
 def load_proxy(load_model, proxy: str | None, device: str):
@@ -423,11 +441,12 @@ def cmd_evaluate(args) -> int:
     if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
         raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
     clikit.check_out_dir(args.out)
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
+    check_labels(ds, args.dataset, [args.split], "halluprobe evaluate")
+    part = ds.split(args.split)
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
     ext = det.extractor(device)
-    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
-    part = ds.split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples,
