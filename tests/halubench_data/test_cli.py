@@ -104,3 +104,17 @@ def test_build_json_reports_what_the_builder_kept(tmp_path, capsys):
     printed = capsys.readouterr()
     doc = json.loads(printed.out)
     assert doc["n_examples"] == 137 and doc["report"]["n_kept"] == 137 and "kept 137" in printed.err
+
+
+def test_build_to_a_path_under_a_file_fails_before_building(tmp_path, capsys, monkeypatch):
+    import halubench_data.cli
+
+    def no_build(args):
+        raise AssertionError("the dataset was built")
+
+    monkeypatch.setattr(halubench_data.cli, "_build", no_build)
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub" / "x.jsonl"
+    assert main(["build", "default", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: {tmp_path / 'afile'} is a file" in err

@@ -102,6 +102,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
     if args.out.is_dir():
         raise clikit.UsageError(f"--out {args.out} is a folder; expected a JSONL file path")
+    clikit.check_out_file(args.out)  # its folder, before the (possibly long) build
     ds = _build(args)
     if ds.report is not None:
         clikit.status(ds.report.summary())
