@@ -37,6 +37,10 @@ def test_parser_reads_the_documented_options(tmp_path):
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "0"],
             "--limit must be a positive",
         ),
+        (
+            ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "1"],
+            "--limit must be at least 2",
+        ),
     ],
 )
 def test_bad_command_lines_are_refused(argv, message, capsys):

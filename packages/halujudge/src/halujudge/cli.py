@@ -89,6 +89,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise clikit.UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    if args.limit == 1:  # a split needs an example of each label (halubench_data.subsample)
+        raise clikit.UsageError("--limit must be at least 2 examples per split, got 1")
     if args.checker and not args.model:
         raise clikit.UsageError(
             f"--checker {args.checker} needs --model PATH (the downloaded checkpoint folder)"
