@@ -169,3 +169,26 @@ def test_a_split_without_both_labels_is_refused_before_the_proxy_loads(
     assert main([command, "--dataset", str(data), "--device", "cpu", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"--dataset {data}: {match}" in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["extract", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["train", "--token-budget", "0"], "--token-budget must be >= 1, got 0"),
+        (["evaluate", "DET", "--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+        (["select-a7", "--n-features", "0"], "--n-features must be in 1..22 (the A7 candidates), got 0"),
+        (["select-l9", "--n-features", "225"], "--n-features must be in 1..224 (the L9 candidates), got 225"),
+    ],
+)
+def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkeypatch, argv, match):
+    import flashstats_hf
+
+    def no_proxy(*args, **kwargs):
+        raise AssertionError("the proxy was loaded")
+
+    monkeypatch.setattr(flashstats_hf, "load_model", no_proxy)
+    out = tmp_path / "run"
+    argv = [str(tmp_path) if a == "DET" else a for a in argv]  # a folder that is no detector
+    assert main([*argv, "--limit", "4", "--device", "cpu", "--out", str(out)]) == 2
+    assert match in capsys.readouterr().err and not out.exists()

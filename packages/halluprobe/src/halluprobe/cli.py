@@ -215,6 +215,16 @@ def _setup(args):
     clikit.deterministic_kernels(device, args.autotune)
     clikit.check_out_dir(args.out)
     parse_layers(args.layers)  # the syntax, before the proxy loads
+    _check_sizes(args)
+    if args.command.startswith("select-"):
+        from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES
+
+        block = args.command.removeprefix("select-").upper()
+        n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
+        if not 1 <= args.n_features <= n:
+            raise clikit.UsageError(
+                f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
+            )
     if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
         raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
@@ -261,6 +271,13 @@ def check_labels(ds, spec: str, splits: Sequence[str], what: str) -> None:
             raise clikit.UsageError(
                 f"--dataset {spec}: the {split} split has {counts} examples; {what} needs both labels in it"
             )
+
+
+def _check_sizes(args) -> None:
+    """``--batch-size`` and ``--token-budget`` (`_add_data_args`) are positive, or `clikit.UsageError`."""
+    for flag in ("batch_size", "token_budget"):
+        if getattr(args, flag) < 1:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
 
 
 def load_proxy(load_model, proxy: str | None, device: str):
@@ -440,6 +457,7 @@ def cmd_evaluate(args) -> int:
             )
     if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
         raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
+    _check_sizes(args)
     clikit.check_out_dir(args.out)
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     check_labels(ds, args.dataset, [args.split], "halluprobe evaluate")
