@@ -188,3 +188,19 @@ def test_cli_stream_follows_stdin(detector, tmp_path, capsys, monkeypatch):
     assert lines[-1]["probability"] == pytest.approx(
         detector.predict(context, "", answer).probability, abs=PROB_TOL
     )
+
+
+def test_stdin_that_is_not_utf8_names_answer_dash(monkeypatch):
+    import os
+    import sys
+
+    from halluprobe._cli_stream import _stdin_chunks
+    from halubench_data.clikit import UsageError
+
+    r, w = os.pipe()
+    os.write(w, "东京 ".encode() + b"\xff in Rome.")
+    os.close(w)
+    with os.fdopen(r, "rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(UsageError, match="--answer -: stdin is not UTF-8"):
+            list(_stdin_chunks())

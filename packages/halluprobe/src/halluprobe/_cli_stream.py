@@ -46,9 +46,16 @@ def _stdin_chunks():
     import os
 
     decoder = codecs.getincrementaldecoder("utf-8")()
-    while data := os.read(sys.stdin.fileno(), 4096):
-        yield decoder.decode(data)
-    yield decoder.decode(b"", final=True)
+    read = 0
+    try:
+        while data := os.read(sys.stdin.fileno(), 4096):
+            yield decoder.decode(data)
+            read += len(data)
+        yield decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise clikit.UsageError(
+            f"--answer -: stdin is not UTF-8 (near byte {read + exc.start + 1})"
+        ) from None
 
 
 def _updates(args, scorer):
