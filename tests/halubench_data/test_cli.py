@@ -118,3 +118,19 @@ def test_build_to_a_path_under_a_file_fails_before_building(tmp_path, capsys, mo
     assert main(["build", "default", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"--out {out}: {tmp_path / 'afile'} is a file" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--task", "QA"], "--task and --model apply to the ragtruth builders"),
+        (["--model", "gpt-4"], "--task and --model apply to the ragtruth builders"),
+        (["--no-filter"], "--no-filter applies to the halubench builder"),
+        (["--n-contexts", "8"], "--n-contexts applies to 'default'"),
+    ],
+)
+def test_build_refuses_a_builder_flag_it_would_ignore(tmp_path, capsys, flags, match):
+    spec = "default" if "--n-contexts" not in flags else f"wice:{tmp_path}"
+    out = tmp_path / "x.jsonl"
+    assert main(["build", spec, "--out", str(out), *flags]) == 2
+    assert match in capsys.readouterr().err and not out.exists()
