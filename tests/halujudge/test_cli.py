@@ -41,6 +41,59 @@ def test_parser_reads_the_documented_options(tmp_path):
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "1"],
             "--limit must be at least 2",
         ),
+        (["evaluate", "--judge", "j", "--model", "m", "--dataset", "d", "--out", "o"], "--model applies to"),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "minicheck",
+                "--model",
+                "m",
+                "--foundation",
+                "f",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--foundation applies to --checker hhem",
+        ),  # fmt: skip
+        (
+            ["evaluate", "--judge", "j", "--minicheck-claims", "sentences", "--dataset", "d", "--out", "o"],
+            "--minicheck-claims applies to --checker minicheck",
+        ),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "minicheck",
+                "--model",
+                "m",
+                "--template",
+                "plain",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--template applies to --judge",
+        ),  # fmt: skip
+        (
+            [
+                "evaluate",
+                "--judge",
+                "j",
+                "--template",
+                "plain",
+                "--select-on",
+                "x",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--select-on applies to --judge with --template auto",
+        ),  # fmt: skip
     ],
 )
 def test_bad_command_lines_are_refused(argv, message, capsys):
