@@ -187,6 +187,11 @@ def test_cli_predict_needs_one_input_form(tmp_path, capsys):
     assert "either --context and --answer, or --input" in capsys.readouterr().err
     assert main(["predict", str(tmp_path), "--context", "c", "--answer", " ", "--device", "cpu"]) == 2
     assert "--answer is empty" in capsys.readouterr().err
+    src = tmp_path / "answers.jsonl"
+    src.write_text('{"context": "c", "answer": "a"}\n')
+    for extra in (["--context", "c"], ["--answer", "a"], ["--question", "q"]):
+        assert main(["predict", str(tmp_path), "--input", str(src), *extra, "--device", "cpu"]) == 2
+        assert f"{extra[0]} does not apply with --input" in capsys.readouterr().err
 
 
 def test_token_examples_align_features_offsets_and_gold(ext):

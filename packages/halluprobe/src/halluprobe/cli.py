@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("detector", help="folder of a saved detector")
     p.add_argument("--context", help="the context (with --answer; or use --input)")
-    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
+    p.add_argument("--question", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
     p.add_argument(
         "--input", type=Path, metavar="JSONL",
@@ -538,7 +538,11 @@ def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
     from halluprobe.detector import Detector
 
-    if (args.input is None) == (args.context is None or args.answer is None):
+    if args.input is not None:
+        for flag in ("context", "question", "answer"):
+            if getattr(args, flag) is not None:  # each line carries its own; never ignore the flag
+                raise clikit.UsageError(f"--{flag} does not apply with --input (each line gives its own)")
+    elif args.context is None or args.answer is None:
         raise clikit.UsageError("give either --context and --answer, or --input FILE")
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -547,7 +551,9 @@ def cmd_predict(args) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
-        read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
+        read_triples(args.input)
+        if args.input
+        else ([None], [(args.context, args.question or "", args.answer)])
     )
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
