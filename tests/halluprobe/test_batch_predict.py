@@ -155,6 +155,10 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
             '{"context": "c", "answer": "a", "id": [1]}\n',
             "answers.jsonl:1: field 'id' must be a string or an integer",
         ),
+        (
+            '{"context": "c \\udc80", "answer": "a"}\n',
+            "answers.jsonl:1: field 'context' is not valid Unicode",
+        ),
     ],
 )
 def test_cli_predict_input_errors_name_the_line(tmp_path, capsys, content, match):
@@ -189,6 +193,9 @@ def test_cli_predict_needs_one_input_form(tmp_path, capsys):
     assert "--answer is empty" in capsys.readouterr().err
     src = tmp_path / "answers.jsonl"
     src.write_text('{"context": "c", "answer": "a"}\n')
+    # an argument that is not UTF-8 reaches Python as lone surrogates (surrogateescape)
+    assert main(["predict", str(tmp_path), "--context", "c", "--answer", "\udcff", "--device", "cpu"]) == 2
+    assert "--answer is not valid Unicode" in capsys.readouterr().err
     for extra in (["--context", "c"], ["--answer", "a"], ["--question", "q"]):
         assert main(["predict", str(tmp_path), "--input", str(src), *extra, "--device", "cpu"]) == 2
         assert f"{extra[0]} does not apply with --input" in capsys.readouterr().err

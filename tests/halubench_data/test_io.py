@@ -117,6 +117,11 @@ BAD_LINES = [
         "spans",
     ),
     ("[1, 2]", "<json>"),
+    (  # a lone surrogate escape: not a character, no tokenizer can encode it
+        '{"id": "x", "source": "s", "context": "c", "question": "q", "answer": "a \\ud800 b", "label": 1, '
+        '"group": "g"}',
+        "answer",
+    ),
 ]
 
 

@@ -493,6 +493,8 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
         ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
             ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
     """
+    from halubench_data.io import is_unicode
+
     ids, triples = [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
@@ -511,6 +513,8 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
             for key in ("context", "answer", "question"):
                 if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
                     raise ValueError(f"{path}:{n}: field {key!r} must be a string")
+                if not is_unicode(rec.get(key, "")):
+                    raise ValueError(f"{path}:{n}: field {key!r} is not valid Unicode (a lone surrogate)")
             if not rec["answer"].strip():
                 raise ValueError(f"{path}:{n}: the answer is empty")
             item_id = rec.get("id")
@@ -536,6 +540,8 @@ def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dic
 
 def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
+    from halubench_data.io import is_unicode
+
     from halluprobe.detector import Detector
 
     if args.input is not None:
@@ -548,6 +554,9 @@ def cmd_predict(args) -> int:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.answer is not None and not args.answer.strip():
         raise clikit.UsageError("--answer is empty: nothing to score")
+    for flag in ("context", "question", "answer"):
+        if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
+            raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (

@@ -28,6 +28,15 @@ class RecordError(ValueError):
         self.reason = reason
 
 
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: no lone surrogate (what a JSON escape of U+D800..U+DFFF gives)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def example_to_dict(ex: Example) -> dict[str, Any]:
     """The JSON-ready form of one example (field names as in ``Example``)."""
     return {
@@ -73,6 +82,8 @@ def example_from_dict(rec: Any) -> Example:
     for name in ("id", "source", "context", "question", "answer", "group"):
         if not isinstance(rec[name], str):
             raise RecordError(name, f"expected a string, got {type(rec[name]).__name__}")
+        if not is_unicode(rec[name]):
+            raise RecordError(name, "holds a lone surrogate (a \\ud800-\\udfff escape): not valid Unicode")
     if not rec["answer"].strip():
         raise RecordError("answer", "empty answer")
     label = rec["label"]
