@@ -220,3 +220,8 @@ def test_stdin_that_is_not_utf8_names_answer_dash(monkeypatch):
 def test_stream_refuses_a_flag_its_mode_would_ignore(tmp_path, capsys, flags, match):
     assert main(["stream", str(tmp_path), "--context", "c", *flags, "--device", "cpu"]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_stream_refuses_text_that_is_not_unicode(tmp_path, capsys):
+    assert main(["stream", str(tmp_path), "--context", "caf\udce9", "--answer", "x", "--device", "cpu"]) == 2
+    assert "--context is not valid Unicode" in capsys.readouterr().err

@@ -108,6 +108,11 @@ def cmd_stream(args) -> int:
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     _check_mode_flags(args)
+    from halubench_data.io import is_unicode
+
+    for flag in ("context", "question", "answer"):
+        if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
+            raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
     clikit.quiet_transformers()
