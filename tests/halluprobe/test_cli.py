@@ -179,6 +179,7 @@ def test_a_split_without_both_labels_is_refused_before_the_proxy_loads(
         (["evaluate", "DET", "--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
         (["select-a7", "--n-features", "0"], "--n-features must be in 1..22 (the A7 candidates), got 0"),
         (["select-l9", "--n-features", "225"], "--n-features must be in 1..224 (the L9 candidates), got 225"),
+        (["train", "--a7-selection", "MISSING"], "missing.json"),
     ],
 )
 def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkeypatch, argv, match):
@@ -190,5 +191,6 @@ def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkey
     monkeypatch.setattr(flashstats_hf, "load_model", no_proxy)
     out = tmp_path / "run"
     argv = [str(tmp_path) if a == "DET" else a for a in argv]  # a folder that is no detector
+    argv = [str(tmp_path / "missing.json") if a == "MISSING" else a for a in argv]
     assert main([*argv, "--limit", "4", "--device", "cpu", "--out", str(out)]) == 2
     assert match in capsys.readouterr().err and not out.exists()

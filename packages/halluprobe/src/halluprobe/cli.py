@@ -363,6 +363,7 @@ def cmd_train(args) -> int:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     for name in sets:
         parse_feature_set(name)  # a bad name fails before the proxy runs
+    selections = _selections(args)  # as does a missing or malformed --a7-selection / --l9-selection
     ds, ext, cache = _setup(args)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
         records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
@@ -381,7 +382,7 @@ def cmd_train(args) -> int:
         toha=args.toha,
         token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
         token_view=args.token_view,
-        **_selections(args),
+        **selections,
     )
     out = Path(args.out)
     clikit.emit(
