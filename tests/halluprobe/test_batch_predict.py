@@ -184,6 +184,8 @@ def test_read_triples_ids_default_to_the_line_number(tmp_path):
     src.write_text("\n\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
     ids, triples = read_triples(src)
     assert ids == ["1", "3", "7", "x"] and triples[3] == ("东京", "", "🎉")
+    src.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())  # a UTF-8 byte order mark, as Notepad writes
+    assert read_triples(src) == (ids, triples)
 
 
 def test_cli_predict_needs_one_input_form(tmp_path, capsys):

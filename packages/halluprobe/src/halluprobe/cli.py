@@ -494,11 +494,13 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
         ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
             ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
     """
-    from halubench_data.io import is_unicode
+    from halubench_data.io import BOM, is_unicode
 
     ids, triples = [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
+            if n == 1:
+                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
             if not raw.strip():
                 continue
             try:

@@ -16,6 +16,8 @@ from .dataset import Dataset, Drop, LoadReport
 from .files import atomic_write_text
 from .schema import SPLITS, Example, Span
 
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark, skipped at the start of a JSONL file."""
 REQUIRED = ("id", "source", "context", "question", "answer", "label", "group")
 
 
@@ -139,6 +141,8 @@ def read_jsonl(path: str | os.PathLike[str], *, errors: Literal["raise", "drop"]
         raise IsADirectoryError(f"{path} is a folder; expected a JSONL file")
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
             if not raw.strip():
                 continue
             n_read += 1
