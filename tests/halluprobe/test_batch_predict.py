@@ -147,6 +147,18 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
         ('{"context": "c", "answer": "a"}\n[1]\n', "answers.jsonl:2: expected a JSON object"),
         ("{oops\n", "answers.jsonl:1: malformed JSON"),
         ("\n", "no answers to score"),
+        (
+            '{"context": "c", "answer": "a"}\n{"context": "c", "answer": " \\n "}\n',
+            "answers.jsonl:2: the answer is empty",
+        ),
+        (
+            '{"context": "c", "answer": "a", "id": [1]}\n',
+            "answers.jsonl:1: field 'id' must be a string or an integer",
+        ),
+        (
+            '{"context": "c \\udc80", "answer": "a"}\n',
+            "answers.jsonl:1: field 'context' is not valid Unicode",
+        ),
     ],
 )
 def test_cli_predict_input_errors_name_the_line(tmp_path, capsys, content, match):
@@ -156,9 +168,39 @@ def test_cli_predict_input_errors_name_the_line(tmp_path, capsys, content, match
     assert match in capsys.readouterr().err
 
 
+def test_cli_predict_input_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys):
+    src = tmp_path / "answers.jsonl"
+    src.write_bytes(b'{"context": "c", "answer": "a"}\n{"context": "caf\xe9", "answer": "a"}\n')
+    assert main(["predict", str(tmp_path), "--input", str(src), "--device", "cpu"]) == 2
+    assert "answers.jsonl:2: not UTF-8" in capsys.readouterr().err
+
+
+def test_read_triples_ids_default_to_the_line_number(tmp_path):
+    from halluprobe.cli import read_triples
+
+    src = tmp_path / "answers.jsonl"
+    rows = [{"context": "c", "answer": "a", "id": None}, {"context": "c", "answer": "b"}]
+    rows += [{"context": "c", "answer": "d", "id": 7}, {"context": "东京", "answer": "🎉", "id": "x"}]
+    src.write_text("\n\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
+    ids, triples = read_triples(src)
+    assert ids == ["1", "3", "7", "x"] and triples[3] == ("东京", "", "🎉")
+    src.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())  # a UTF-8 byte order mark, as Notepad writes
+    assert read_triples(src) == (ids, triples)
+
+
 def test_cli_predict_needs_one_input_form(tmp_path, capsys):
     assert main(["predict", str(tmp_path), "--context", "c", "--device", "cpu"]) == 2
     assert "either --context and --answer, or --input" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--context", "c", "--answer", " ", "--device", "cpu"]) == 2
+    assert "--answer is empty" in capsys.readouterr().err
+    src = tmp_path / "answers.jsonl"
+    src.write_text('{"context": "c", "answer": "a"}\n')
+    # an argument that is not UTF-8 reaches Python as lone surrogates (surrogateescape)
+    assert main(["predict", str(tmp_path), "--context", "c", "--answer", "\udcff", "--device", "cpu"]) == 2
+    assert "--answer is not valid Unicode" in capsys.readouterr().err
+    for extra in (["--context", "c"], ["--answer", "a"], ["--question", "q"]):
+        assert main(["predict", str(tmp_path), "--input", str(src), *extra, "--device", "cpu"]) == 2
+        assert f"{extra[0]} does not apply with --input" in capsys.readouterr().err
 
 
 def test_token_examples_align_features_offsets_and_gold(ext):

@@ -135,3 +135,62 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
 def test_evaluate_refuses_graphs_rather_than_ignoring_it(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--graphs", "--device", "cpu", "--limit", "4"]) == 2
     assert "--graphs is not supported by evaluate" in capsys.readouterr().err
+
+
+def _one_label_validation(path):
+    """The default set with every validation answer relabelled supported (no hallucinated one left)."""
+    from halubench_data import build_default, write_jsonl
+
+    examples = build_default(n_contexts=10).examples
+    write_jsonl([replace(ex, label=0, spans=()) if ex.split == "validation" else ex for ex in examples], path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "make", "match"),
+    [
+        ("train", lambda p: p.write_text(""), "the train split has 0 examples"),
+        ("train", _one_label_validation, "the validation split has 0 hallucinated"),
+        ("select-a7", lambda p: p.write_text(""), "the train split has 0 examples"),
+    ],
+)
+def test_a_split_without_both_labels_is_refused_before_the_proxy_loads(
+    tmp_path, capsys, monkeypatch, command, make, match
+):
+    import flashstats_hf
+
+    def no_proxy(*args, **kwargs):
+        raise AssertionError("the proxy was loaded")
+
+    monkeypatch.setattr(flashstats_hf, "load_model", no_proxy)
+    data = tmp_path / "data.jsonl"
+    make(data)
+    out = tmp_path / "run"
+    assert main([command, "--dataset", str(data), "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--dataset {data}: {match}" in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["extract", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["train", "--token-budget", "0"], "--token-budget must be >= 1, got 0"),
+        (["evaluate", "DET", "--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+        (["select-a7", "--n-features", "0"], "--n-features must be in 1..22 (the A7 candidates), got 0"),
+        (["select-l9", "--n-features", "225"], "--n-features must be in 1..224 (the L9 candidates), got 225"),
+        (["train", "--a7-selection", "MISSING"], "missing.json"),
+    ],
+)
+def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkeypatch, argv, match):
+    import flashstats_hf
+
+    def no_proxy(*args, **kwargs):
+        raise AssertionError("the proxy was loaded")
+
+    monkeypatch.setattr(flashstats_hf, "load_model", no_proxy)
+    out = tmp_path / "run"
+    argv = [str(tmp_path) if a == "DET" else a for a in argv]  # a folder that is no detector
+    argv = [str(tmp_path / "missing.json") if a == "MISSING" else a for a in argv]
+    assert main([*argv, "--limit", "4", "--device", "cpu", "--out", str(out)]) == 2
+    assert match in capsys.readouterr().err and not out.exists()

@@ -1,5 +1,7 @@
 """halluprobe.localisation: span decoding, the character span metric, the token probe, offsets."""
 
+import itertools
+
 import numpy as np
 import pytest
 from halluprobe.localisation import (
@@ -109,6 +111,29 @@ def test_token_offsets_follow_the_decoded_pieces():
     stripped = token_offsets(_PieceTokenizer(), "Ada lives", [1, 2])  # the answer lost its leading space
     np.testing.assert_array_equal(stripped, [[0, 4], [4, 9]])
     assert off.dtype == np.int32 and token_offsets(_PieceTokenizer(), "x", []).shape == (0, 2)
+
+
+class _ByteTokenizer:
+    """Byte-level BPE: each id is a byte string, and a token that splits a character decodes to U+FFFD."""
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def decode(self, ids, clean_up_tokenization_spaces=False):
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def test_token_offsets_do_not_drift_after_tokens_that_split_a_character():
+    answer = "东京 🎉 in Rome."
+    raw = answer.encode()  # 东 and 京 are 3 bytes each, 🎉 4 bytes
+    cuts = [0, 2, 4, 6, 7, 9, 11, 12, 15, 19, len(raw)]  # tokens straddle character boundaries
+    tok = _ByteTokenizer([raw[a:b] for a, b in itertools.pairwise(cuts)])
+    off = token_offsets(tok, answer, range(len(cuts) - 1))
+    texts = [answer[a:b] for a, b in off]
+    # every token maps to the characters its bytes belong to; the ASCII tail is exact
+    assert texts == ["东", "东京", "京", " ", "🎉", "🎉", " ", "in ", "Rome", "."]
+    spans = decode_spans(off, np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 0]), 0.5, len(answer))
+    assert [answer[sp.start : sp.end] for sp in spans] == ["Rome"]
 
 
 def test_token_probe_scores_equal_scikit_learn_to_the_last_bit():

@@ -188,3 +188,40 @@ def test_cli_stream_follows_stdin(detector, tmp_path, capsys, monkeypatch):
     assert lines[-1]["probability"] == pytest.approx(
         detector.predict(context, "", answer).probability, abs=PROB_TOL
     )
+
+
+def test_stdin_that_is_not_utf8_names_answer_dash(monkeypatch):
+    import os
+    import sys
+
+    from halluprobe._cli_stream import _stdin_chunks
+    from halubench_data.clikit import UsageError
+
+    r, w = os.pipe()
+    os.write(w, "东京 ".encode() + b"\xff in Rome.")
+    os.close(w)
+    with os.fdopen(r, "rb") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(UsageError, match="--answer -: stdin is not UTF-8"):
+            list(_stdin_chunks())
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--answer", "-", "--chunk", "2"], "--chunk applies to --answer TEXT"),
+        (["--generate", "--chunk", "2"], "--chunk applies to --answer TEXT"),
+        (["--answer", "x", "--max-new-tokens", "5"], "--max-new-tokens applies to --generate"),
+        (["--answer", "x", "--sample"], "--sample applies to --generate"),
+        (["--generate", "--temperature", "0.5"], "--temperature applies to --generate --sample"),
+        (["--generate", "--seed", "3"], "--seed applies to --generate --sample"),
+    ],
+)
+def test_stream_refuses_a_flag_its_mode_would_ignore(tmp_path, capsys, flags, match):
+    assert main(["stream", str(tmp_path), "--context", "c", *flags, "--device", "cpu"]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_stream_refuses_text_that_is_not_unicode(tmp_path, capsys):
+    assert main(["stream", str(tmp_path), "--context", "caf\udce9", "--answer", "x", "--device", "cpu"]) == 2
+    assert "--context is not valid Unicode" in capsys.readouterr().err

@@ -104,3 +104,33 @@ def test_build_json_reports_what_the_builder_kept(tmp_path, capsys):
     printed = capsys.readouterr()
     doc = json.loads(printed.out)
     assert doc["n_examples"] == 137 and doc["report"]["n_kept"] == 137 and "kept 137" in printed.err
+
+
+def test_build_to_a_path_under_a_file_fails_before_building(tmp_path, capsys, monkeypatch):
+    import halubench_data.cli
+
+    def no_build(args):
+        raise AssertionError("the dataset was built")
+
+    monkeypatch.setattr(halubench_data.cli, "_build", no_build)
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub" / "x.jsonl"
+    assert main(["build", "default", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: {tmp_path / 'afile'} is a file" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--task", "QA"], "--task and --model apply to the ragtruth builders"),
+        (["--model", "gpt-4"], "--task and --model apply to the ragtruth builders"),
+        (["--no-filter"], "--no-filter applies to the halubench builder"),
+        (["--n-contexts", "8"], "--n-contexts applies to 'default'"),
+    ],
+)
+def test_build_refuses_a_builder_flag_it_would_ignore(tmp_path, capsys, flags, match):
+    spec = "default" if "--n-contexts" not in flags else f"wice:{tmp_path}"
+    out = tmp_path / "x.jsonl"
+    assert main(["build", spec, "--out", str(out), *flags]) == 2
+    assert match in capsys.readouterr().err and not out.exists()

@@ -117,6 +117,11 @@ BAD_LINES = [
         "spans",
     ),
     ("[1, 2]", "<json>"),
+    (  # a lone surrogate escape: not a character, no tokenizer can encode it
+        '{"id": "x", "source": "s", "context": "c", "question": "q", "answer": "a \\ud800 b", "label": 1, '
+        '"group": "g"}',
+        "answer",
+    ),
 ]
 
 
@@ -169,3 +174,14 @@ def test_example_validates():
         Example("i", "s", "c", "q", "ab", 1, "g", spans=(Span(0, 5),))
     with pytest.raises(ValueError, match="start < end"):
         Span(3, 3)
+
+
+def test_a_utf8_bom_and_crlf_line_ends_are_read(tmp_path):
+    from halubench_data import build_default
+    from halubench_data.io import example_to_dict
+
+    ds = build_default(n_contexts=2, questions_per_context=1)
+    lines = [json.dumps(example_to_dict(ex), ensure_ascii=False) for ex in ds.examples]
+    path = tmp_path / "windows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")  # as Notepad saves it
+    assert read_jsonl(path).examples == ds.examples

@@ -17,6 +17,13 @@ def test_parse_spec_forms(tmp_path):
     assert str(parse_spec(f"ragtruth-qa:{tmp_path}")) == f"ragtruth-qa:{tmp_path}"
 
 
+def test_a_jsonl_path_under_home_is_expanded_as_a_builder_source_is(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = write_jsonl(build_default(n_contexts=4, questions_per_context=1), tmp_path / "d.jsonl")
+    assert parse_spec("~/d.jsonl") == DatasetSpec("jsonl", path)
+    assert parse_spec("ragtruth:~/d.jsonl") == DatasetSpec("ragtruth", path)
+
+
 @pytest.mark.parametrize(
     ("spec", "error", "match"),
     [

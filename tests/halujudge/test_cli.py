@@ -37,6 +37,63 @@ def test_parser_reads_the_documented_options(tmp_path):
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "0"],
             "--limit must be a positive",
         ),
+        (
+            ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "1"],
+            "--limit must be at least 2",
+        ),
+        (["evaluate", "--judge", "j", "--model", "m", "--dataset", "d", "--out", "o"], "--model applies to"),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "minicheck",
+                "--model",
+                "m",
+                "--foundation",
+                "f",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--foundation applies to --checker hhem",
+        ),  # fmt: skip
+        (
+            ["evaluate", "--judge", "j", "--minicheck-claims", "sentences", "--dataset", "d", "--out", "o"],
+            "--minicheck-claims applies to --checker minicheck",
+        ),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "minicheck",
+                "--model",
+                "m",
+                "--template",
+                "plain",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--template applies to --judge",
+        ),  # fmt: skip
+        (
+            [
+                "evaluate",
+                "--judge",
+                "j",
+                "--template",
+                "plain",
+                "--select-on",
+                "x",
+                "--dataset",
+                "d",
+                "--out",
+                "o",
+            ],
+            "--select-on applies to --judge with --template auto",
+        ),  # fmt: skip
     ],
 )
 def test_bad_command_lines_are_refused(argv, message, capsys):
@@ -97,3 +154,32 @@ def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
         == 2
     )
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("labels", "extra", "match"),
+    [
+        ([1, 0, 1, 1, 1, 1], [], "the test split has 3 hallucinated (1) and 0 supported (0) examples"),
+        ([0, 0, 0, 1, 0, 1], [], "the validation split has 0 hallucinated (1) and 3 supported (0) examples"),
+        ([], [], "toy.jsonl: the validation split has 0 examples"),
+        ([1, 0, 1, 1, 0, 1], ["--select-on", "ONE"], "one.jsonl: the validation split has 0 hallucinated"),
+    ],
+)
+def test_a_split_that_cannot_be_scored_fails_before_the_judge_loads(
+    make_example, tmp_path, capsys, monkeypatch, labels, extra, match
+):
+    from halujudge.judge import LLMJudge
+
+    def no_judge(*args, **kwargs):
+        raise AssertionError("the judge was loaded")
+
+    monkeypatch.setattr(LLMJudge, "from_pretrained", no_judge)
+    examples = [make_example(i, y, "validation" if i < 3 else "test") for i, y in enumerate(labels)]
+    data = write_jsonl(examples, tmp_path / "toy.jsonl")
+    one = write_jsonl([make_example(i, 0, "validation") for i in range(3)], tmp_path / "one.jsonl")
+    extra = [str(one) if a == "ONE" else a for a in extra]
+    out = tmp_path / "out"
+    argv = ["evaluate", "--judge", "x", "--dataset", str(data), "--out", str(out), "--device", "cpu", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()

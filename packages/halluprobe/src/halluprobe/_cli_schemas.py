@@ -42,8 +42,9 @@ PREDICT = {
     "probability": "p(hallucinated), in [0, 1]",
     "label": "1 = hallucinated (probability >= threshold), 0 = supported",
     "threshold": "the detector's threshold, chosen on validation F1",
-    "spans": "[{start, end, text}]: predicted hallucinated character spans of the answer (empty without a "
-    "token probe)",
+    "spans": "[{start, end, text}]: predicted hallucinated character spans of the answer (start and end "
+    "index its characters, text = answer[start:end]): from the detector's token probe when it has one, "
+    "else the tokens whose score reaches the threshold",
     "tokens": "with --tokens: [{token, score}] per answer token; else null",
 }
 STREAM = {

@@ -27,14 +27,16 @@ def add_stream_parser(sub) -> None:
         "--generate", action="store_true", help="the proxy writes the answer itself (self-check)"
     )
     p.add_argument(
-        "--chunk", type=int, default=4, help="words per chunk when following --answer TEXT (default 4)"
+        "--chunk", type=int, default=None, help="words per chunk when following --answer TEXT (default 4)"
     )
     p.add_argument(
-        "--max-new-tokens", type=int, default=128, help="--generate: answer length cap (default 128)"
+        "--max-new-tokens", type=int, default=None, help="--generate: answer length cap (default 128)"
     )
     p.add_argument("--sample", action="store_true", help="--generate: sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0, help="--generate --sample: temperature")
-    p.add_argument("--seed", type=int, default=0, help="--generate --sample: random seed (default 0)")
+    p.add_argument(
+        "--temperature", type=float, default=None, help="--generate --sample: temperature (default 1)"
+    )
+    p.add_argument("--seed", type=int, default=None, help="--generate --sample: random seed (default 0)")
     clikit.add_json_arg(p, STREAM, lines=True)
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
@@ -46,9 +48,16 @@ def _stdin_chunks():
     import os
 
     decoder = codecs.getincrementaldecoder("utf-8")()
-    while data := os.read(sys.stdin.fileno(), 4096):
-        yield decoder.decode(data)
-    yield decoder.decode(b"", final=True)
+    read = 0
+    try:
+        while data := os.read(sys.stdin.fileno(), 4096):
+            yield decoder.decode(data)
+            read += len(data)
+        yield decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise clikit.UsageError(
+            f"--answer -: stdin is not UTF-8 (near byte {read + exc.start + 1})"
+        ) from None
 
 
 def _updates(args, scorer):
@@ -69,6 +78,28 @@ def _updates(args, scorer):
     yield follower.finish()
 
 
+STREAM_DEFAULTS = {"chunk": 4, "max_new_tokens": 128, "temperature": 1.0, "seed": 0}
+"""Defaults of the mode-specific flags (None in the parser, so that an explicit value is seen)."""
+
+
+def _check_mode_flags(args) -> None:
+    """Refuse a flag that the chosen mode would ignore; then fill in the defaults."""
+    following_text = not args.generate and args.answer not in (None, "-")
+    wrong = [
+        ("chunk", following_text, "--answer TEXT"),
+        ("max_new_tokens", args.generate, "--generate"),
+        ("sample", args.generate, "--generate"),
+        ("temperature", args.generate and args.sample, "--generate --sample"),
+        ("seed", args.generate and args.sample, "--generate --sample"),
+    ]
+    for flag, applies, mode in wrong:
+        if getattr(args, flag) not in (None, False) and not applies:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} applies to {mode} only")
+    for flag, value in STREAM_DEFAULTS.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, value)
+
+
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
     from halluprobe.detector import Detector
@@ -76,6 +107,12 @@ def cmd_stream(args) -> int:
 
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
+    _check_mode_flags(args)
+    from halubench_data.io import is_unicode
+
+    for flag in ("context", "question", "answer"):
+        if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
+            raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
     clikit.quiet_transformers()

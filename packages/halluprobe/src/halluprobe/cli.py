@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("detector", help="folder of a saved detector")
     p.add_argument("--context", help="the context (with --answer; or use --input)")
-    p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
+    p.add_argument("--question", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
     p.add_argument(
         "--input", type=Path, metavar="JSONL",
@@ -215,6 +215,16 @@ def _setup(args):
     clikit.deterministic_kernels(device, args.autotune)
     clikit.check_out_dir(args.out)
     parse_layers(args.layers)  # the syntax, before the proxy loads
+    _check_sizes(args)
+    if args.command.startswith("select-"):
+        from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES
+
+        block = args.command.removeprefix("select-").upper()
+        n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
+        if not 1 <= args.n_features <= n:
+            raise clikit.UsageError(
+                f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
+            )
     if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
         raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
@@ -222,6 +232,8 @@ def _setup(args):
     from halubench_data import load
 
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
+    labelled = {"train": ("train", "validation", "test")}.get(args.command, (getattr(args, "split", None),))
+    check_labels(ds, args.dataset, [s for s in labelled if s], f"halluprobe {args.command}")
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
@@ -243,6 +255,29 @@ def _setup(args):
     settings = {**ext.settings, "proxy": args.proxy or "default"}
     cache = FeatureCache(Path(args.out) / "cache", settings)
     return ds, ext, cache
+
+
+def check_labels(ds, spec: str, splits: Sequence[str], what: str) -> None:
+    """`clikit.UsageError` naming ``--dataset`` unless each of ``splits`` holds both labels.
+
+    Fitting, threshold choice and AUROC need supported (0) and hallucinated (1) answers; checked before
+    the proxy loads, so an empty file or a one-label split fails at once and writes nothing.
+    """
+    for split in splits:
+        labels = [int(y) for y in ds.split(split).labels]
+        n1 = sum(labels)
+        if n1 in (0, len(labels)):
+            counts = f"{n1} hallucinated (1) and {len(labels) - n1} supported (0)" if labels else "0"
+            raise clikit.UsageError(
+                f"--dataset {spec}: the {split} split has {counts} examples; {what} needs both labels in it"
+            )
+
+
+def _check_sizes(args) -> None:
+    """``--batch-size`` and ``--token-budget`` (`_add_data_args`) are positive, or `clikit.UsageError`."""
+    for flag in ("batch_size", "token_budget"):
+        if getattr(args, flag) < 1:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
 
 
 def load_proxy(load_model, proxy: str | None, device: str):
@@ -328,6 +363,7 @@ def cmd_train(args) -> int:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     for name in sets:
         parse_feature_set(name)  # a bad name fails before the proxy runs
+    selections = _selections(args)  # as does a missing or malformed --a7-selection / --l9-selection
     ds, ext, cache = _setup(args)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
         records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
@@ -346,7 +382,7 @@ def cmd_train(args) -> int:
         toha=args.toha,
         token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
         token_view=args.token_view,
-        **_selections(args),
+        **selections,
     )
     out = Path(args.out)
     clikit.emit(
@@ -422,12 +458,14 @@ def cmd_evaluate(args) -> int:
             )
     if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
         raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
+    _check_sizes(args)
     clikit.check_out_dir(args.out)
+    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
+    check_labels(ds, args.dataset, [args.split], "halluprobe evaluate")
+    part = ds.split(args.split)
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
     ext = det.extractor(device)
-    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
-    part = ds.split(args.split)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
         part.examples,
@@ -449,15 +487,26 @@ def cmd_evaluate(args) -> int:
 def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
 
+    A line's ``id`` (a string or an integer) is its id as a string; a missing or null ``id`` gives the
+    line number. Blank lines are skipped.
+
     Raises:
-        ValueError: ``path:line: ...`` for a line that is not a JSON object with string ``context`` and
-            ``answer`` (``question`` and ``id`` optional).
+        ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
+            ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
     """
+    from halubench_data.io import BOM, is_unicode
+
     ids, triples = [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1:
+                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
+            if not raw.strip():
                 continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)") from None
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -467,7 +516,14 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
             for key in ("context", "answer", "question"):
                 if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
                     raise ValueError(f"{path}:{n}: field {key!r} must be a string")
-            ids.append(str(rec.get("id", n)))
+                if not is_unicode(rec.get(key, "")):
+                    raise ValueError(f"{path}:{n}: field {key!r} is not valid Unicode (a lone surrogate)")
+            if not rec["answer"].strip():
+                raise ValueError(f"{path}:{n}: the answer is empty")
+            item_id = rec.get("id")
+            if item_id is not None and (isinstance(item_id, bool) or not isinstance(item_id, str | int)):
+                raise ValueError(f"{path}:{n}: field 'id' must be a string or an integer")
+            ids.append(str(n if item_id is None else item_id))
             triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
     if not triples:
         raise ValueError(f"{path}: no answers to score")
@@ -487,16 +543,29 @@ def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dic
 
 def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
+    from halubench_data.io import is_unicode
+
     from halluprobe.detector import Detector
 
-    if (args.input is None) == (args.context is None or args.answer is None):
+    if args.input is not None:
+        for flag in ("context", "question", "answer"):
+            if getattr(args, flag) is not None:  # each line carries its own; never ignore the flag
+                raise clikit.UsageError(f"--{flag} does not apply with --input (each line gives its own)")
+    elif args.context is None or args.answer is None:
         raise clikit.UsageError("give either --context and --answer, or --input FILE")
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.answer is not None and not args.answer.strip():
+        raise clikit.UsageError("--answer is empty: nothing to score")
+    for flag in ("context", "question", "answer"):
+        if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
+            raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
-        read_triples(args.input) if args.input else ([None], [(args.context, args.question, args.answer)])
+        read_triples(args.input)
+        if args.input
+        else ([None], [(args.context, args.question or "", args.answer)])
     )
     clikit.quiet_transformers()
     det = Detector.load(args.detector)

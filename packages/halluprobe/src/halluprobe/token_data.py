@@ -117,19 +117,60 @@ def token_features(fs: ForwardStats, b: int, length: int, view: str = "mean") ->
 
 
 def token_offsets(tokenizer, answer: str, ids: Sequence[int]) -> np.ndarray:
-    """``[A, 2] int32`` character offsets in ``answer`` of each answer token (decoded one by one).
+    """``[A, 2] int32`` character offsets in ``answer`` of each answer token.
 
-    A token that holds part of a multi-byte character decodes to one replacement character, so offsets
-    can drift by a character around such tokens; they are clamped to the answer.
+    Each token is decoded on its own, except the tokens of a byte-level vocabulary that split a
+    multi-byte character (CJK, emoji, accented letters): decoded alone they give U+FFFD, which is not
+    the character's length, so such a run is decoded together and each of its tokens gets the
+    characters its bytes belong to. Offsets therefore never drift after such a character; they are
+    clamped to the answer.
     """
-    ids = list(ids)
+    ids = [int(t) for t in ids]
     decoded = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
     base = 0 if answer.startswith(decoded[:1]) else len(answer) - len(answer.lstrip())
-    lens = [len(tokenizer.decode([t], clean_up_tokenization_spaces=False)) for t in ids]
-    ends = np.cumsum(lens, dtype=np.int64)
-    starts = ends - np.asarray(lens, dtype=np.int64)
-    off = np.stack([starts, ends], 1).reshape(-1, 2) + base
-    return np.clip(off, 0, len(answer)).astype(np.int32)
+    off = np.zeros((len(ids), 2), dtype=np.int64)
+    i, pos = 0, 0
+    while i < len(ids):
+        piece = tokenizer.decode([ids[i]], clean_up_tokenization_spaces=False)
+        group = _split_character_run(tokenizer, ids, i, decoded, pos) if "\ufffd" in piece else None
+        if group is None:
+            off[i] = pos, pos + len(piece)
+            i, pos = i + 1, pos + len(piece)
+            continue
+        for k, (a, b) in enumerate(group):
+            off[i + k] = pos + a, pos + b
+        i, pos = i + len(group), pos + group[-1][1]
+    return np.clip(off + base, 0, len(answer)).astype(np.int32)
+
+
+def _split_character_run(
+    tokenizer, ids: list[int], i: int, decoded: str, pos: int, max_run: int = 64
+) -> list[tuple[int, int]] | None:
+    """Offsets, relative to ``pos``, of the run of tokens from ``i`` that ends on a character boundary.
+
+    The run is the shortest ``ids[i:j]`` whose text is ``decoded`` at ``pos`` (no U+FFFD left); token
+    ``k`` of it covers the characters from the first one its prefix leaves incomplete to the last one
+    it touches. ``None`` when no run of at most ``max_run`` tokens decodes cleanly.
+    """
+    prefixes = []
+    for j in range(i + 1, min(len(ids), i + max_run) + 1):
+        text = tokenizer.decode(ids[i:j], clean_up_tokenization_spaces=False)
+        prefixes.append(text)
+        if decoded.startswith(text, pos):
+            break
+    else:
+        return None
+    done = [0]  # characters complete after each prefix
+    for text in prefixes:
+        n = 0
+        while n < len(text) and pos + n < len(decoded) and text[n] == decoded[pos + n]:
+            n += 1
+        done.append(n)
+    out = []
+    for k, text in enumerate(prefixes):
+        partial = done[k + 1] < len(text)  # this token leaves a character incomplete
+        out.append((done[k], done[k + 1] + int(partial)))
+    return out
 
 
 def char_mask(spans: Sequence[Span], n_chars: int) -> np.ndarray:

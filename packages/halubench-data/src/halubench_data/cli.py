@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
-    b.add_argument("--n-contexts", type=int, default=100, help="default: number of contexts (default 100)")
+    b.add_argument("--n-contexts", type=int, default=None, help="default: number of contexts (default 100)")
     clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     s.add_argument("spec", help=SPEC_HELP)
@@ -80,16 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> Dataset:
-    from .select import BuildOptions, load
+    from .select import BuildOptions, load, parse_spec
 
-    if args.spec == "default" and (args.n_contexts < 2 or args.n_contexts % 2):
-        raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {args.n_contexts}")
+    name = parse_spec(args.spec).name
+    # a builder's own flag given to another builder would be ignored: refuse it instead
+    if (args.task or args.model) and not name.startswith("ragtruth"):
+        raise clikit.UsageError(f"--task and --model apply to the ragtruth builders, not to {args.spec}")
+    if args.no_filter and name != "halubench":
+        raise clikit.UsageError(f"--no-filter applies to the halubench builder, not to {args.spec}")
+    if args.n_contexts is not None and name != "default":
+        raise clikit.UsageError(f"--n-contexts applies to 'default', not to {args.spec}")
+    n_contexts = 100 if args.n_contexts is None else args.n_contexts
+    if name == "default" and (n_contexts < 2 or n_contexts % 2):
+        raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {n_contexts}")
     options = BuildOptions(
         seed=args.seed,
         tasks=tuple(args.task) if args.task else None,
         models=tuple(args.model) if args.model else None,
         apply_filters=not args.no_filter,
-        n_contexts=args.n_contexts,
+        n_contexts=n_contexts,
     )
     return load(args.spec, options=options)
 
@@ -102,6 +111,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
     if args.out.is_dir():
         raise clikit.UsageError(f"--out {args.out} is a folder; expected a JSONL file path")
+    clikit.check_out_file(args.out)  # its folder, before the (possibly long) build
     ds = _build(args)
     if ds.report is not None:
         clikit.status(ds.report.summary())

@@ -69,6 +69,7 @@ __all__ = [
     "add_device_arg",
     "add_json_arg",
     "check_out_dir",
+    "check_out_file",
     "deterministic_kernels",
     "emit",
     "emit_json",
@@ -229,6 +230,24 @@ def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path} is a file; expected a folder")
     probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: {probe} is not writable")
+    return path
+
+
+def check_out_file(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """``path`` as an output file whose folder exists or can be created and is writable, or `UsageError`.
+
+    Checked before a command does its work; nothing is created here.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; expected a file path")
+    probe = path.parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():

@@ -16,6 +16,8 @@ from .dataset import Dataset, Drop, LoadReport
 from .files import atomic_write_text
 from .schema import SPLITS, Example, Span
 
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark, skipped at the start of a JSONL file."""
 REQUIRED = ("id", "source", "context", "question", "answer", "label", "group")
 
 
@@ -26,6 +28,15 @@ class RecordError(ValueError):
         super().__init__(f"field {field!r}: {reason}")
         self.field = field
         self.reason = reason
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: no lone surrogate (what a JSON escape of U+D800..U+DFFF gives)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def example_to_dict(ex: Example) -> dict[str, Any]:
@@ -73,6 +84,8 @@ def example_from_dict(rec: Any) -> Example:
     for name in ("id", "source", "context", "question", "answer", "group"):
         if not isinstance(rec[name], str):
             raise RecordError(name, f"expected a string, got {type(rec[name]).__name__}")
+        if not is_unicode(rec[name]):
+            raise RecordError(name, "holds a lone surrogate (a \\ud800-\\udfff escape): not valid Unicode")
     if not rec["answer"].strip():
         raise RecordError("answer", "empty answer")
     label = rec["label"]
@@ -128,6 +141,8 @@ def read_jsonl(path: str | os.PathLike[str], *, errors: Literal["raise", "drop"]
         raise IsADirectoryError(f"{path} is a folder; expected a JSONL file")
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
             if not raw.strip():
                 continue
             n_read += 1

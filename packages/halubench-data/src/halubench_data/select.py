@@ -74,10 +74,11 @@ def parse_spec(spec: str) -> DatasetSpec:
         raise ValueError(f"a dataset spec is 'default', a JSONL file or NAME:PATH, got {spec!r}")
     if spec == "default":
         return DatasetSpec("default", None)
-    if Path(spec).is_dir():
+    file = Path(spec).expanduser()  # '~/x.jsonl' as a builder's '~/source' (unexpanded in --dataset=~/...)
+    if file.is_dir():
         raise ValueError(f"dataset {spec!r} is a folder; expected 'default', a JSONL file or NAME:PATH")
-    if Path(spec).is_file():
-        return DatasetSpec("jsonl", Path(spec))
+    if file.is_file():
+        return DatasetSpec("jsonl", file)
     name, sep, source = spec.partition(":")
     if not sep:
         hint = "no such file" if spec.endswith(".jsonl") or "/" in spec else "not a builder spec"

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--minicheck-claims",
         choices=("whole", "sentences"),
-        default="whole",
+        default=None,
         help="MiniCheck only: score the whole answer as one claim (default; MiniCheck's own scorer and the "
         "paper) or take the minimum over answer sentences (stricter variant)",
     )
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created)")
     ev.add_argument(
-        "--template", default="auto", choices=("auto", *TEMPLATES), help="judge template (default: auto)"
+        "--template", default=None, choices=("auto", *TEMPLATES), help="judge template (default: auto)"
     )
     ev.add_argument(
         "--select-on",
@@ -89,6 +89,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise clikit.UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    if args.limit == 1:  # a split needs an example of each label (halubench_data.subsample)
+        raise clikit.UsageError("--limit must be at least 2 examples per split, got 1")
+    # a flag of another scorer would be ignored: refuse it instead
+    if args.judge is not None and args.model:
+        raise clikit.UsageError("--model applies to --checker (a --judge names its model itself)")
+    if args.foundation and args.checker != "hhem":
+        raise clikit.UsageError("--foundation applies to --checker hhem only")
+    if args.minicheck_claims is not None and args.checker != "minicheck":
+        raise clikit.UsageError("--minicheck-claims applies to --checker minicheck only")
+    if args.template is not None and args.judge is None:
+        raise clikit.UsageError("--template applies to --judge only")
+    if args.select_on and (args.judge is None or args.template not in (None, "auto")):
+        raise clikit.UsageError(
+            "--select-on applies to --judge with --template auto (it chooses the template)"
+        )
+    args.template = args.template or "auto"
+    args.minicheck_claims = args.minicheck_claims or "whole"
     if args.checker and not args.model:
         raise clikit.UsageError(
             f"--checker {args.checker} needs --model PATH (the downloaded checkpoint folder)"
