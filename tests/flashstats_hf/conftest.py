@@ -10,6 +10,7 @@ import torch
 from flashstats_hf import ATTN_IMPLEMENTATION
 from transformers import (
     AutoModelForCausalLM,
+    Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
@@ -55,6 +56,14 @@ CONFIGS = {
     "mistral": lambda: MistralConfig(**COMMON, num_hidden_layers=2, sliding_window=5, initializer_range=0.3),
     # decoder layers in `.h`, learned absolute positions, multi-head attention
     "gpt2": lambda: GPT2Config(vocab_size=101, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3),
+    # every attention module holds `sliding_window`; full layers pass sliding_window=None
+    "exaone4": lambda: Exaone4Config(
+        **COMMON,
+        num_hidden_layers=2,
+        sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"],
+        initializer_range=0.3,
+    ),
 }
 
 

@@ -23,6 +23,7 @@ CASES = {
     "gemma3-B2-L12-A5": ("gemma3", [12, 6], [5, 2]),
     "mistral-window-B2-L11-A7": ("mistral", [11, 9], [7, 3]),
     "gpt2-B2-L12-A4": ("gpt2", [12, 7], [4, 3]),
+    "exaone4-full-layer-B2-L10-A4": ("exaone4", [10, 6], [4, 2]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 

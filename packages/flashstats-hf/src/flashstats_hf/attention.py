@@ -96,19 +96,26 @@ def flashstats_mask(
 
 
 def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
-    """The sliding window of a layer and whether we are sure of it."""
-    window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
+    """The sliding window of a layer and whether we are sure of it.
+
+    The ``sliding_window`` argument wins; without one, the module's ``sliding_window`` attribute, except on
+    layers that the config's ``layer_types`` marks as full attention (EXAONE 4 keeps the attribute on
+    every layer and passes ``sliding_window=None`` on its full ones).
+    """
     config = getattr(module, "config", None)
     layer_types = getattr(config, "layer_types", None)
     layer_idx = getattr(module, "layer_idx", None)
-    if (
-        window is None
-        and layer_types is not None
-        and isinstance(layer_idx, int)
-        and layer_idx < len(layer_types)
-    ):
+    layer_type = (
+        layer_types[layer_idx]
+        if layer_types is not None and isinstance(layer_idx, int) and layer_idx < len(layer_types)
+        else None
+    )
+    window = sliding_window
+    if window is None and layer_type != "full_attention":
+        window = getattr(module, "sliding_window", None)
+    if window is None and layer_type is not None:
         # A sliding layer whose module did not tell us its window: do not guess.
-        return None, layer_types[layer_idx] != "sliding_attention"
+        return None, layer_type != "sliding_attention"
     return window, True
 
 
