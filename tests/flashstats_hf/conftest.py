@@ -10,10 +10,12 @@ import torch
 from flashstats_hf import ATTN_IMPLEMENTATION
 from transformers import (
     AutoModelForCausalLM,
+    CohereConfig,
     Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
+    GraniteConfig,
     LlamaConfig,
     MistralConfig,
     Qwen3Config,
@@ -63,6 +65,11 @@ CONFIGS = {
         sliding_window=3,
         layer_types=["sliding_attention", "full_attention"],
         initializer_range=0.3,
+    ),
+    # the LM head's logits are scaled: times `logit_scale` (Cohere), divided by `logits_scaling` (Granite)
+    "cohere": lambda: CohereConfig(**COMMON, num_hidden_layers=2, logit_scale=4.0, initializer_range=0.3),
+    "granite": lambda: GraniteConfig(
+        **COMMON, num_hidden_layers=2, logits_scaling=0.25, initializer_range=0.3
     ),
 }
 

@@ -24,6 +24,8 @@ CASES = {
     "mistral-window-B2-L11-A7": ("mistral", [11, 9], [7, 3]),
     "gpt2-B2-L12-A4": ("gpt2", [12, 7], [4, 3]),
     "exaone4-full-layer-B2-L10-A4": ("exaone4", [10, 6], [4, 2]),
+    "cohere-logit-scale-B2-L9-A3": ("cohere", [9, 5], [3, 1]),
+    "granite-logits-scaling-B2-L9-A3": ("granite", [9, 5], [3, 1]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 

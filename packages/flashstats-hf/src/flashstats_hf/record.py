@@ -242,20 +242,42 @@ def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
     ``V = len(LOGIT_STAT_NAMES)``.
 
     The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
-    would not fit for long answers); the final logit soft-cap is applied when the model has one.
+    would not fit for long answers); the model's logit scale and final logit soft-cap are applied
+    when it has them (see `_logit_scale`).
     """
     head = getattr(model, "get_output_embeddings", lambda: None)()
     if head is None:
         raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
     config = getattr(model, "config", None)
     cap = getattr(config.get_text_config(), "final_logit_softcapping", None) if config is not None else None
+    factor = _logit_scale(model)
     parts = []
     for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
         logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
+        if factor is not None:
+            logits = logits * factor
         if cap is not None:
             logits = cap * torch.tanh(logits / cap)
         parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
     return torch.cat(parts)
+
+
+def _logit_scale(model: torch.nn.Module) -> float | None:
+    """The factor by which the model's causal-LM forward scales the LM head's logits, or None.
+
+    Cohere families multiply by ``logit_scale`` (an attribute of the LM); Granite families (and MiniCPM3,
+    which divides the states before its bias-free head) divide by ``config.logits_scaling``, HyperCLOVA X
+    multiplies by it.
+    """
+    scale = getattr(model, "logit_scale", None)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return float(scale)
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None else None
+    scaling = getattr(text, "logits_scaling", None)
+    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or scaling == 1:
+        return None
+    return float(scaling) if getattr(text, "model_type", None) == "hyperclovax" else 1.0 / scaling
 
 
 def _logit_block(
