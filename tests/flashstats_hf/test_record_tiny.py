@@ -247,3 +247,21 @@ def test_load_model_names_families_without_the_attention_interface(tmp_path):
     ).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="fixed table of its own"):
         load_model(tmp_path)
+
+
+def test_attention_sinks_raise_instead_of_being_ignored():
+    """GPT-OSS passes learned sinks as ``s_aux``: dropping them would silently change every weight."""
+    from transformers import GptOssConfig
+
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=101, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, num_hidden_layers=1, num_local_experts=2, num_experts_per_tok=1,
+        layer_types=["full_attention"],
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(3, 101, (1, 6))
+    with pytest.raises(ValueError, match=r"layer 0 .*attention sinks \(`s_aux`"):
+        record_forward(model, ids, response_start=3)
+    with torch.no_grad(), pytest.raises(ValueError, match="attention sinks"):
+        model(ids)

@@ -151,6 +151,12 @@ def flashstats_attention_forward(
     Returns:
         ``([B, Lq, Hq, D] attention output, None)``: no attention weights are returned.
     """
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(
+            f"flashstats: layer {getattr(module, 'layer_idx', '?')} ({type(module).__name__}) has attention "
+            "sinks (`s_aux`, as in GPT-OSS), which the attnstats attention does not support: its weights "
+            "and statistics would leave the sink out; expected a model without attention sinks"
+        )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     window, window_known = _layer_window(module, sliding_window)
