@@ -11,6 +11,7 @@ from flashstats_hf import ATTN_IMPLEMENTATION
 from transformers import (
     AutoModelForCausalLM,
     CohereConfig,
+    DeepseekV3Config,
     Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
@@ -70,6 +71,18 @@ CONFIGS = {
     "cohere": lambda: CohereConfig(**COMMON, num_hidden_layers=2, logit_scale=4.0, initializer_range=0.3),
     "granite": lambda: GraniteConfig(
         **COMMON, num_hidden_layers=2, logits_scaling=0.25, initializer_range=0.3
+    ),
+    # multi-head latent attention: value heads (12) narrower than query/key heads (8 + 8)
+    "deepseek_v3": lambda: DeepseekV3Config(
+        **{**COMMON, "num_key_value_heads": 4},
+        num_hidden_layers=2,
+        first_k_dense_replace=2,
+        q_lora_rank=None,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=12,
+        initializer_range=0.3,
     ),
 }
 

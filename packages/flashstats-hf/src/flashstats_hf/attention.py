@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
@@ -160,6 +161,18 @@ def flashstats_attention_forward(
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     window, window_known = _layer_window(module, sliding_window)
+    dv = value.shape[-1]
+    if dv != key.shape[-1] and (active_recorder() is not None or softcap is not None or window is not None):
+        # Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): value heads narrower (or wider) than
+        # query/key heads. The kernels take one head dim: zero columns change no score and no weight,
+        # and the output's extra columns are cut off.
+        d = max(dv, key.shape[-1])
+        query, key, value = (F.pad(x, (0, d - x.shape[-1])) for x in (query, key, value))
+        out, _ = flashstats_attention_forward(
+            module, query, key, value, attention_mask, dropout, scale, sliding_window, softcap, is_causal,
+            **kwargs,
+        )  # fmt: skip
+        return out[..., :dv].contiguous(), None
     if not window_known:
         raise ValueError(
             f"flashstats: layer {getattr(module, 'layer_idx', '?')} is a sliding-window layer but its "
