@@ -214,6 +214,8 @@ def test_bad_inputs_raise_clear_errors(helpers):
         record_forward(ours, ids, response_start=torch.tensor([5]), attention_mask=mask)
     with pytest.raises(TypeError, match="input_ids"):
         record_forward(ours, ids.float(), response_start=start, attention_mask=mask)
+    with pytest.raises(ValueError, match=r"at least one example .* got shape \(0, 12\)"):
+        record_forward(ours, ids[:0], response_start=start[:0], attention_mask=mask[:0])
     with pytest.raises(ValueError, match="layers must lie"):
         record_forward(ours, ids, response_start=start, attention_mask=mask, layers=[2])
     with pytest.raises(TypeError, match="StatsRequest"):

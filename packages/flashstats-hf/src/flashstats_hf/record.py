@@ -51,6 +51,10 @@ def _as_batch(input_ids: object, response_start: object, attention_mask: object)
     ):
         raise TypeError(f"input_ids must be a [B, L] int64 tensor, got {_describe(input_ids)}")
     batch, length = input_ids.shape
+    if batch == 0 or length == 0:
+        raise ValueError(
+            f"input_ids must hold at least one example and one token, got shape {tuple(input_ids.shape)}"
+        )
     device = input_ids.device
     if attention_mask is None:
         key_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
