@@ -190,6 +190,22 @@ def test_layers_that_never_reach_the_attention_function_raise():
         recorder.feed(ids[:, :5])
 
 
+def test_a_family_that_fails_on_the_keep_mask_is_named():
+    """Bloom computes attention itself and chokes on the [B, L] keep mask of a padded batch: say why."""
+    from transformers import BloomConfig
+
+    torch.manual_seed(0)
+    config = BloomConfig(vocab_size=101, hidden_size=32, n_layer=1, n_head=4)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(3, 101, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    with pytest.raises(
+        RuntimeError, match=r"no layer of BloomForCausalLM called the 'attnstats' .* compute attention itself"
+    ):
+        record_forward(model, ids, response_start=4, attention_mask=mask, pack=False)
+
+
 def test_a_layer_without_its_index_is_named(helpers):
     """One attention module without ``layer_idx`` (as a hybrid model's non-attention layer): leave it out."""
     ours, _ = helpers.tiny_models("llama")

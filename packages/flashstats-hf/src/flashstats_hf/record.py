@@ -325,6 +325,38 @@ def _packs(pack: object, model: torch.nn.Module, batch: _Batch) -> bool:
     return pack
 
 
+def _run_body(
+    model: torch.nn.Module,
+    body: torch.nn.Module,
+    layers: torch.nn.ModuleList,
+    recorder: Recorder,
+    inputs: dict,
+):
+    """The body's forward (``out[0]``: the last hidden states).
+
+    An error raised inside the decoder layers before any of them reached the ``"attnstats"`` attention
+    gets a note that the family computes attention itself (as Bloom does, which then fails on the keep
+    mask it was handed).
+    """
+    entered: list[bool] = []
+    handle = (
+        layers[0].register_forward_pre_hook(lambda module, args: entered.append(True)) if layers else None
+    )
+    try:
+        return body(**inputs, use_cache=False)
+    except Exception as exc:
+        if entered and not recorder.reached:
+            exc.add_note(
+                f"flashstats: no layer of {type(model).__name__} called the 'attnstats' attention before "
+                "this error; the model seems to compute attention itself instead of through Transformers' "
+                "attention interface (ALL_ATTENTION_FUNCTIONS), so its statistics cannot be recorded"
+            )
+        raise
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
 def _padded_plan(input_ids, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
     """The plan of a left-padded forward (the aligned fast path for one unpadded example)."""
     single = input_ids.shape[0] == 1 and not batch.padded
@@ -448,7 +480,7 @@ def record_forward(
     recorder = Recorder(plan)
     packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
     with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
-        out = body(**inputs, use_cache=False)
+        out = _run_body(model, body, decoder_layers, recorder, inputs)
         logit_stats = _logit_block(model, out[0], ids, seen) if logits else None
         if len(decoder_layers) in kept:
             capture._keep(len(decoder_layers), out[0])
