@@ -17,6 +17,7 @@ from transformers import (
     Gemma3TextConfig,
     GPT2Config,
     GraniteConfig,
+    Llama4TextConfig,
     LlamaConfig,
     MistralConfig,
     Qwen3Config,
@@ -71,6 +72,19 @@ CONFIGS = {
     "cohere": lambda: CohereConfig(**COMMON, num_hidden_layers=2, logit_scale=4.0, initializer_range=0.3),
     "granite": lambda: GraniteConfig(
         **COMMON, num_hidden_layers=2, logits_scaling=0.25, initializer_range=0.3
+    ),
+    # Llama4ForCausalLM: base_model_prefix names no attribute, the body is `.model`; layer 0 is a
+    # chunked-attention layer (chunks of `attention_chunk_size` tokens), layer 1 a full NoPE layer
+    "llama4": lambda: Llama4TextConfig(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=16,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        intermediate_size_mlp=96,
+        attention_chunk_size=64,
+        no_rope_layers=[1, 0],
+        initializer_range=0.3,
     ),
     # multi-head latent attention: value heads (12) narrower than query/key heads (8 + 8)
     "deepseek_v3": lambda: DeepseekV3Config(

@@ -27,6 +27,7 @@ CASES = {
     "cohere-logit-scale-B2-L9-A3": ("cohere", [9, 5], [3, 1]),
     "granite-logits-scaling-B2-L9-A3": ("granite", [9, 5], [3, 1]),
     "deepseek_v3-mla-B2-L9-A3": ("deepseek_v3", [9, 6], [3, 2]),
+    "llama4-body-in-model-B2-L9-A3": ("llama4", [9, 6], [3, 2]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 

@@ -159,6 +159,10 @@ def _resolve_request(request: object, batch: _Batch) -> StatsRequest:
 def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleList]:
     """The model body (without LM head) and its list of decoder layers (``.layers``, or GPT-2's ``.h``)."""
     body = getattr(model, "base_model", model)
+    if body is model and isinstance(getattr(model, "model", None), torch.nn.Module):
+        # base_model falls back to the model itself when base_model_prefix names no attribute (Llama 4's
+        # text-only LM: prefix "language_model", body in `.model`)
+        body = model.model
     layers = getattr(body, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         layers = getattr(body, "h", None)
