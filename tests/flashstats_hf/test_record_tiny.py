@@ -176,6 +176,25 @@ def test_non_causal_layers_run_unscored_with_a_warning(helpers):
     )
 
 
+def test_chunked_attention_layers_run_unscored_and_keep_their_chunks(helpers):
+    """Llama 4's chunked layers get the dense mask (not the sliding keep mask): unscored, outputs as eager."""
+    ours, eager = helpers.tiny_models("llama4")
+    for model in (ours, eager):
+        model.config.attention_chunk_size = 3
+    ids, mask, start = helpers.padded_batch([9, 7], [3, 2])
+    with torch.no_grad():
+        got, want = ours(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], **TOL["cpu"])
+    with pytest.warns(UserWarning, match="layer 0 runs unscored"):
+        fs = record_forward(ours, ids, response_start=start, attention_mask=mask, pack=False)
+    assert fs.layers == (1,)
+    ref = helpers.eager_forward(eager, ids, mask)
+    exp = helpers.eager_statistics(ref.attentions[1], mask, start)
+    torch.testing.assert_close(fs.rows.entropy[:, 0].double(), exp["entropy"], **TOL["cpu"])
+    exp_logits = helpers.eager_logit_statistics(ref.logits, ids, start)
+    torch.testing.assert_close(fs.logit_stats.double(), exp_logits, **TOL["cpu"])
+
+
 def test_layers_that_never_reach_the_attention_function_raise():
     """A family that computes attention itself (CodeGen) cannot come back silently unscored."""
     from transformers import CodeGenConfig

@@ -78,7 +78,11 @@ def flashstats_mask(
         causal patterns; otherwise the dense ``[B, 1, q_length, L]`` bool mask of ``sdpa_mask``.
     """
     plain_causal = mask_function is causal_mask_function
-    plain_sliding = kwargs.get("local_size") is not None and kwargs.get("allow_is_causal_skip", True)
+    plain_sliding = (
+        kwargs.get("local_size") is not None
+        and kwargs.get("allow_is_causal_skip", True)
+        and not _is_chunked(kwargs.get("local_size"), kwargs.get("config"))
+    )
     no_offsets = not isinstance(q_offset, torch.Tensor) and q_offset == 0 and kv_offset == 0
     if (plain_causal or plain_sliding) and not kwargs.get("use_vmap", False) and no_offsets:
         if attention_mask is None:
@@ -94,6 +98,18 @@ def flashstats_mask(
         attention_mask=attention_mask,
         **kwargs,
     )
+
+
+def _is_chunked(local_size: object, config: object) -> bool:
+    """Whether a mask with this ``local_size`` is Llama 4's chunked pattern rather than a sliding window.
+
+    Transformers passes ``local_size`` and ``allow_is_causal_skip`` with both; its chunk size is
+    ``config.attention_chunk_size``. Chunked layers must get the dense mask: the keep mask would make them
+    plain causal (their attention modules pass no window). Read from the config, not from the mask
+    function's closure, so that ``torch.compile`` traces it.
+    """
+    chunk = getattr(config, "attention_chunk_size", None)
+    return chunk is not None and chunk == local_size
 
 
 def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
