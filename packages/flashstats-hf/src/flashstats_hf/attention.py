@@ -112,6 +112,15 @@ def _is_chunked(local_size: object, config: object) -> bool:
     return chunk is not None and chunk == local_size
 
 
+def _layer_type(module: torch.nn.Module) -> str | None:
+    """The layer's entry in its config's ``layer_types`` (``"sliding_attention"``, ...), or None."""
+    layer_types = getattr(getattr(module, "config", None), "layer_types", None)
+    layer_idx = getattr(module, "layer_idx", None)
+    if layer_types is not None and isinstance(layer_idx, int) and layer_idx < len(layer_types):
+        return layer_types[layer_idx]
+    return None
+
+
 def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
     """The sliding window of a layer and whether we are sure of it.
 
@@ -119,14 +128,7 @@ def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[
     layers that the config's ``layer_types`` marks as full attention (EXAONE 4 keeps the attribute on
     every layer and passes ``sliding_window=None`` on its full ones).
     """
-    config = getattr(module, "config", None)
-    layer_types = getattr(config, "layer_types", None)
-    layer_idx = getattr(module, "layer_idx", None)
-    layer_type = (
-        layer_types[layer_idx]
-        if layer_types is not None and isinstance(layer_idx, int) and layer_idx < len(layer_types)
-        else None
-    )
+    layer_type = _layer_type(module)
     window = sliding_window
     if window is None and layer_type != "full_attention":
         window = getattr(module, "sliding_window", None)
@@ -202,10 +204,15 @@ def flashstats_attention_forward(
     if recorder is not None and isinstance(layer_idx, int):
         recorder.reached.add(layer_idx)  # checked after the model call (`_recorder.check_reached`)
     if cached and recorder.wants(layer_idx):
-        if kwargs.get("position_bias") is not None or not causal:
+        if (
+            kwargs.get("position_bias") is not None
+            or not causal
+            or _layer_type(module) == "chunked_attention"
+        ):
             raise ValueError(
-                f"flashstats: layer {layer_idx} is non-causal or has a position bias; CachedRecorder scores "
-                "causal self-attention only (leave the layer out with layers=...)"
+                f"flashstats: layer {layer_idx} is non-causal, chunked or has a position bias; "
+                "CachedRecorder scores causal (or sliding-window) self-attention only (leave the layer "
+                "out with layers=...)"
             )
         out = recorder.score_cached(layer_idx, query, key, value, scale=scale, softcap=softcap, window=window)
         return out.transpose(1, 2).contiguous(), None
