@@ -10,9 +10,14 @@ import torch
 from flashstats_hf import ATTN_IMPLEMENTATION
 from transformers import (
     AutoModelForCausalLM,
+    CohereConfig,
+    DeepseekV3Config,
+    Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
+    GraniteConfig,
+    Llama4TextConfig,
     LlamaConfig,
     MistralConfig,
     Qwen3Config,
@@ -55,6 +60,44 @@ CONFIGS = {
     "mistral": lambda: MistralConfig(**COMMON, num_hidden_layers=2, sliding_window=5, initializer_range=0.3),
     # decoder layers in `.h`, learned absolute positions, multi-head attention
     "gpt2": lambda: GPT2Config(vocab_size=101, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3),
+    # every attention module holds `sliding_window`; full layers pass sliding_window=None
+    "exaone4": lambda: Exaone4Config(
+        **COMMON,
+        num_hidden_layers=2,
+        sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"],
+        initializer_range=0.3,
+    ),
+    # the LM head's logits are scaled: times `logit_scale` (Cohere), divided by `logits_scaling` (Granite)
+    "cohere": lambda: CohereConfig(**COMMON, num_hidden_layers=2, logit_scale=4.0, initializer_range=0.3),
+    "granite": lambda: GraniteConfig(
+        **COMMON, num_hidden_layers=2, logits_scaling=0.25, initializer_range=0.3
+    ),
+    # Llama4ForCausalLM: base_model_prefix names no attribute, the body is `.model`; layer 0 is a
+    # chunked-attention layer (chunks of `attention_chunk_size` tokens), layer 1 a full NoPE layer
+    "llama4": lambda: Llama4TextConfig(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=16,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        intermediate_size_mlp=96,
+        attention_chunk_size=64,
+        no_rope_layers=[1, 0],
+        initializer_range=0.3,
+    ),
+    # multi-head latent attention: value heads (12) narrower than query/key heads (8 + 8)
+    "deepseek_v3": lambda: DeepseekV3Config(
+        **{**COMMON, "num_key_value_heads": 4},
+        num_hidden_layers=2,
+        first_k_dense_replace=2,
+        q_lora_rank=None,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=12,
+        initializer_range=0.3,
+    ),
 }
 
 

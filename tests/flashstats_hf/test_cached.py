@@ -307,3 +307,27 @@ def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kin
     assert_same_stats(rec.stats(), _reference(model, ids, mask, prompt))
     padded = lengths[0] != lengths[1]
     assert rec.padded == padded and masks and all((m is not None) == padded for m in masks)
+
+
+def test_chunked_layers_raise_and_can_be_left_out(helpers):
+    """Llama 4's chunked layers cannot be scored from the cache: raise (not score them as causal)."""
+    model, _ = helpers.tiny_models("llama4")
+    model.config.attention_chunk_size = 3
+    ids, mask, _ = helpers.padded_batch([9, 7], [3, 3])
+    with (
+        CachedRecorder(model, prompt_len=6) as rec,
+        pytest.raises(ValueError, match="layer 0 is non-causal, chunked"),
+    ):
+        rec.feed(ids[:, :6], attention_mask=mask[:, :6])
+    rec = CachedRecorder(model, prompt_len=6, request=REQUEST, layers=[1])
+    with rec:
+        rec.feed(ids[:, :6], attention_mask=mask[:, :6])
+        rec.feed(ids[:, 6:8])
+        rec.feed(ids[:, 8:])
+    start = torch.full((2,), 6)
+    ref = record_forward(
+        model, ids, response_start=start, attention_mask=mask, request=REQUEST, layers=[1], pack=False
+    )
+    for name in ROW_FIELDS:
+        torch.testing.assert_close(getattr(rec.stats().rows, name), getattr(ref.rows, name), **TOL, msg=name)
+    torch.testing.assert_close(rec.stats().logit_stats, ref.logit_stats, **TOL)

@@ -23,6 +23,11 @@ CASES = {
     "gemma3-B2-L12-A5": ("gemma3", [12, 6], [5, 2]),
     "mistral-window-B2-L11-A7": ("mistral", [11, 9], [7, 3]),
     "gpt2-B2-L12-A4": ("gpt2", [12, 7], [4, 3]),
+    "exaone4-full-layer-B2-L10-A4": ("exaone4", [10, 6], [4, 2]),
+    "cohere-logit-scale-B2-L9-A3": ("cohere", [9, 5], [3, 1]),
+    "granite-logits-scaling-B2-L9-A3": ("granite", [9, 5], [3, 1]),
+    "deepseek_v3-mla-B2-L9-A3": ("deepseek_v3", [9, 6], [3, 2]),
+    "llama4-body-in-model-B2-L9-A3": ("llama4", [9, 6], [3, 2]),
 }
 ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "effective_support")
 
@@ -171,6 +176,25 @@ def test_non_causal_layers_run_unscored_with_a_warning(helpers):
     )
 
 
+def test_chunked_attention_layers_run_unscored_and_keep_their_chunks(helpers):
+    """Llama 4's chunked layers get the dense mask (not the sliding keep mask): unscored, outputs as eager."""
+    ours, eager = helpers.tiny_models("llama4")
+    for model in (ours, eager):
+        model.config.attention_chunk_size = 3
+    ids, mask, start = helpers.padded_batch([9, 7], [3, 2])
+    with torch.no_grad():
+        got, want = ours(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], **TOL["cpu"])
+    with pytest.warns(UserWarning, match="layer 0 runs unscored"):
+        fs = record_forward(ours, ids, response_start=start, attention_mask=mask, pack=False)
+    assert fs.layers == (1,)
+    ref = helpers.eager_forward(eager, ids, mask)
+    exp = helpers.eager_statistics(ref.attentions[1], mask, start)
+    torch.testing.assert_close(fs.rows.entropy[:, 0].double(), exp["entropy"], **TOL["cpu"])
+    exp_logits = helpers.eager_logit_statistics(ref.logits, ids, start)
+    torch.testing.assert_close(fs.logit_stats.double(), exp_logits, **TOL["cpu"])
+
+
 def test_layers_that_never_reach_the_attention_function_raise():
     """A family that computes attention itself (CodeGen) cannot come back silently unscored."""
     from transformers import CodeGenConfig
@@ -184,6 +208,22 @@ def test_layers_that_never_reach_the_attention_function_raise():
     recorder = CachedRecorder(model, prompt_len=5)  # streaming: the first call already fails
     with recorder, torch.no_grad(), pytest.raises(RuntimeError, match="computes attention itself"):
         recorder.feed(ids[:, :5])
+
+
+def test_a_family_that_fails_on_the_keep_mask_is_named():
+    """Bloom computes attention itself and chokes on the [B, L] keep mask of a padded batch: say why."""
+    from transformers import BloomConfig
+
+    torch.manual_seed(0)
+    config = BloomConfig(vocab_size=101, hidden_size=32, n_layer=1, n_head=4)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(3, 101, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    with pytest.raises(
+        RuntimeError, match=r"no layer of BloomForCausalLM called the 'attnstats' .* compute attention itself"
+    ):
+        record_forward(model, ids, response_start=4, attention_mask=mask, pack=False)
 
 
 def test_a_layer_without_its_index_is_named(helpers):
@@ -210,6 +250,8 @@ def test_bad_inputs_raise_clear_errors(helpers):
         record_forward(ours, ids, response_start=torch.tensor([5]), attention_mask=mask)
     with pytest.raises(TypeError, match="input_ids"):
         record_forward(ours, ids.float(), response_start=start, attention_mask=mask)
+    with pytest.raises(ValueError, match=r"at least one example .* got shape \(0, 12\)"):
+        record_forward(ours, ids[:0], response_start=start[:0], attention_mask=mask[:0])
     with pytest.raises(ValueError, match="layers must lie"):
         record_forward(ours, ids, response_start=start, attention_mask=mask, layers=[2])
     with pytest.raises(TypeError, match="StatsRequest"):
@@ -244,3 +286,21 @@ def test_load_model_names_families_without_the_attention_interface(tmp_path):
     ).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="fixed table of its own"):
         load_model(tmp_path)
+
+
+def test_attention_sinks_raise_instead_of_being_ignored():
+    """GPT-OSS passes learned sinks as ``s_aux``: dropping them would silently change every weight."""
+    from transformers import GptOssConfig
+
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=101, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, num_hidden_layers=1, num_local_experts=2, num_experts_per_tok=1,
+        layer_types=["full_attention"],
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(3, 101, (1, 6))
+    with pytest.raises(ValueError, match=r"layer 0 .*attention sinks \(`s_aux`"):
+        record_forward(model, ids, response_start=3)
+    with torch.no_grad(), pytest.raises(ValueError, match="attention sinks"):
+        model(ids)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
@@ -77,7 +78,11 @@ def flashstats_mask(
         causal patterns; otherwise the dense ``[B, 1, q_length, L]`` bool mask of ``sdpa_mask``.
     """
     plain_causal = mask_function is causal_mask_function
-    plain_sliding = kwargs.get("local_size") is not None and kwargs.get("allow_is_causal_skip", True)
+    plain_sliding = (
+        kwargs.get("local_size") is not None
+        and kwargs.get("allow_is_causal_skip", True)
+        and not _is_chunked(kwargs.get("local_size"), kwargs.get("config"))
+    )
     no_offsets = not isinstance(q_offset, torch.Tensor) and q_offset == 0 and kv_offset == 0
     if (plain_causal or plain_sliding) and not kwargs.get("use_vmap", False) and no_offsets:
         if attention_mask is None:
@@ -95,20 +100,41 @@ def flashstats_mask(
     )
 
 
-def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
-    """The sliding window of a layer and whether we are sure of it."""
-    window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
-    config = getattr(module, "config", None)
-    layer_types = getattr(config, "layer_types", None)
+def _is_chunked(local_size: object, config: object) -> bool:
+    """Whether a mask with this ``local_size`` is Llama 4's chunked pattern rather than a sliding window.
+
+    Transformers passes ``local_size`` and ``allow_is_causal_skip`` with both; its chunk size is
+    ``config.attention_chunk_size``. Chunked layers must get the dense mask: the keep mask would make them
+    plain causal (their attention modules pass no window). Read from the config, not from the mask
+    function's closure, so that ``torch.compile`` traces it.
+    """
+    chunk = getattr(config, "attention_chunk_size", None)
+    return chunk is not None and chunk == local_size
+
+
+def _layer_type(module: torch.nn.Module) -> str | None:
+    """The layer's entry in its config's ``layer_types`` (``"sliding_attention"``, ...), or None."""
+    layer_types = getattr(getattr(module, "config", None), "layer_types", None)
     layer_idx = getattr(module, "layer_idx", None)
-    if (
-        window is None
-        and layer_types is not None
-        and isinstance(layer_idx, int)
-        and layer_idx < len(layer_types)
-    ):
+    if layer_types is not None and isinstance(layer_idx, int) and layer_idx < len(layer_types):
+        return layer_types[layer_idx]
+    return None
+
+
+def _layer_window(module: torch.nn.Module, sliding_window: int | None) -> tuple[int | None, bool]:
+    """The sliding window of a layer and whether we are sure of it.
+
+    The ``sliding_window`` argument wins; without one, the module's ``sliding_window`` attribute, except on
+    layers that the config's ``layer_types`` marks as full attention (EXAONE 4 keeps the attribute on
+    every layer and passes ``sliding_window=None`` on its full ones).
+    """
+    layer_type = _layer_type(module)
+    window = sliding_window
+    if window is None and layer_type != "full_attention":
+        window = getattr(module, "sliding_window", None)
+    if window is None and layer_type is not None:
         # A sliding layer whose module did not tell us its window: do not guess.
-        return None, layer_types[layer_idx] != "sliding_attention"
+        return None, layer_type != "sliding_attention"
     return window, True
 
 
@@ -144,9 +170,27 @@ def flashstats_attention_forward(
     Returns:
         ``([B, Lq, Hq, D] attention output, None)``: no attention weights are returned.
     """
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(
+            f"flashstats: layer {getattr(module, 'layer_idx', '?')} ({type(module).__name__}) has attention "
+            "sinks (`s_aux`, as in GPT-OSS), which the attnstats attention does not support: its weights "
+            "and statistics would leave the sink out; expected a model without attention sinks"
+        )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     window, window_known = _layer_window(module, sliding_window)
+    dv = value.shape[-1]
+    if dv != key.shape[-1] and (active_recorder() is not None or softcap is not None or window is not None):
+        # Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): value heads narrower (or wider) than
+        # query/key heads. The kernels take one head dim: zero columns change no score and no weight,
+        # and the output's extra columns are cut off.
+        d = max(dv, key.shape[-1])
+        query, key, value = (F.pad(x, (0, d - x.shape[-1])) for x in (query, key, value))
+        out, _ = flashstats_attention_forward(
+            module, query, key, value, attention_mask, dropout, scale, sliding_window, softcap, is_causal,
+            **kwargs,
+        )  # fmt: skip
+        return out[..., :dv].contiguous(), None
     if not window_known:
         raise ValueError(
             f"flashstats: layer {getattr(module, 'layer_idx', '?')} is a sliding-window layer but its "
@@ -160,10 +204,15 @@ def flashstats_attention_forward(
     if recorder is not None and isinstance(layer_idx, int):
         recorder.reached.add(layer_idx)  # checked after the model call (`_recorder.check_reached`)
     if cached and recorder.wants(layer_idx):
-        if kwargs.get("position_bias") is not None or not causal:
+        if (
+            kwargs.get("position_bias") is not None
+            or not causal
+            or _layer_type(module) == "chunked_attention"
+        ):
             raise ValueError(
-                f"flashstats: layer {layer_idx} is non-causal or has a position bias; CachedRecorder scores "
-                "causal self-attention only (leave the layer out with layers=...)"
+                f"flashstats: layer {layer_idx} is non-causal, chunked or has a position bias; "
+                "CachedRecorder scores causal (or sliding-window) self-attention only (leave the layer "
+                "out with layers=...)"
             )
         out = recorder.score_cached(layer_idx, query, key, value, scale=scale, softcap=softcap, window=window)
         return out.transpose(1, 2).contiguous(), None

@@ -51,6 +51,10 @@ def _as_batch(input_ids: object, response_start: object, attention_mask: object)
     ):
         raise TypeError(f"input_ids must be a [B, L] int64 tensor, got {_describe(input_ids)}")
     batch, length = input_ids.shape
+    if batch == 0 or length == 0:
+        raise ValueError(
+            f"input_ids must hold at least one example and one token, got shape {tuple(input_ids.shape)}"
+        )
     device = input_ids.device
     if attention_mask is None:
         key_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
@@ -155,6 +159,10 @@ def _resolve_request(request: object, batch: _Batch) -> StatsRequest:
 def _decoder(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleList]:
     """The model body (without LM head) and its list of decoder layers (``.layers``, or GPT-2's ``.h``)."""
     body = getattr(model, "base_model", model)
+    if body is model and isinstance(getattr(model, "model", None), torch.nn.Module):
+        # base_model falls back to the model itself when base_model_prefix names no attribute (Llama 4's
+        # text-only LM: prefix "language_model", body in `.model`)
+        body = model.model
     layers = getattr(body, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         layers = getattr(body, "h", None)
@@ -242,20 +250,42 @@ def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Ten
     ``V = len(LOGIT_STAT_NAMES)``.
 
     The LM head runs in chunks of ``_LOGIT_CHUNK`` rows (full-vocabulary logits of every row at once
-    would not fit for long answers); the final logit soft-cap is applied when the model has one.
+    would not fit for long answers); the model's logit scale and final logit soft-cap are applied
+    when it has them (see `_logit_scale`).
     """
     head = getattr(model, "get_output_embeddings", lambda: None)()
     if head is None:
         raise TypeError(f"logits=True needs a model with an LM head, got {type(model).__name__}")
     config = getattr(model, "config", None)
     cap = getattr(config.get_text_config(), "final_logit_softcapping", None) if config is not None else None
+    factor = _logit_scale(model)
     parts = []
     for i in range(0, hidden.shape[0], _LOGIT_CHUNK):
         logits = head(hidden[i : i + _LOGIT_CHUNK]).float()
+        if factor is not None:
+            logits = logits * factor
         if cap is not None:
             logits = cap * torch.tanh(logits / cap)
         parts.append(logit_statistics(logits, targets[i : i + _LOGIT_CHUNK]))
     return torch.cat(parts)
+
+
+def _logit_scale(model: torch.nn.Module) -> float | None:
+    """The factor by which the model's causal-LM forward scales the LM head's logits, or None.
+
+    Cohere families multiply by ``logit_scale`` (an attribute of the LM); Granite families (and MiniCPM3,
+    which divides the states before its bias-free head) divide by ``config.logits_scaling``, HyperCLOVA X
+    multiplies by it.
+    """
+    scale = getattr(model, "logit_scale", None)
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return float(scale)
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None else None
+    scaling = getattr(text, "logits_scaling", None)
+    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or scaling == 1:
+        return None
+    return float(scaling) if getattr(text, "model_type", None) == "hyperclovax" else 1.0 / scaling
 
 
 def _logit_block(
@@ -297,6 +327,38 @@ def _packs(pack: object, model: torch.nn.Module, batch: _Batch) -> bool:
     if not isinstance(pack, bool):
         raise TypeError(f"pack must be None, True or False, got {pack!r}")
     return pack
+
+
+def _run_body(
+    model: torch.nn.Module,
+    body: torch.nn.Module,
+    layers: torch.nn.ModuleList,
+    recorder: Recorder,
+    inputs: dict,
+):
+    """The body's forward (``out[0]``: the last hidden states).
+
+    An error raised inside the decoder layers before any of them reached the ``"attnstats"`` attention
+    gets a note that the family computes attention itself (as Bloom does, which then fails on the keep
+    mask it was handed).
+    """
+    entered: list[bool] = []
+    handle = (
+        layers[0].register_forward_pre_hook(lambda module, args: entered.append(True)) if layers else None
+    )
+    try:
+        return body(**inputs, use_cache=False)
+    except Exception as exc:
+        if entered and not recorder.reached:
+            exc.add_note(
+                f"flashstats: no layer of {type(model).__name__} called the 'attnstats' attention before "
+                "this error; the model seems to compute attention itself instead of through Transformers' "
+                "attention interface (ALL_ATTENTION_FUNCTIONS), so its statistics cannot be recorded"
+            )
+        raise
+    finally:
+        if handle is not None:
+            handle.remove()
 
 
 def _padded_plan(input_ids, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
@@ -422,7 +484,7 @@ def record_forward(
     recorder = Recorder(plan)
     packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
     with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
-        out = body(**inputs, use_cache=False)
+        out = _run_body(model, body, decoder_layers, recorder, inputs)
         logit_stats = _logit_block(model, out[0], ids, seen) if logits else None
         if len(decoder_layers) in kept:
             capture._keep(len(decoder_layers), out[0])
