@@ -304,3 +304,19 @@ def test_attention_sinks_raise_instead_of_being_ignored():
         record_forward(model, ids, response_start=3)
     with torch.no_grad(), pytest.raises(ValueError, match="attention sinks"):
         model(ids)
+
+
+def test_response_start_takes_numpy_and_zero_dim_integers(helpers):
+    """NumPy integers and arrays and a 0-d integer tensor are read as ints; a NumPy bool is refused."""
+    import numpy as np
+
+    ours, _ = helpers.tiny_models("llama")
+    ids, mask, start = helpers.padded_batch([9, 12], [3, 3])
+    want = record_forward(ours, ids, response_start=start, attention_mask=mask).rows.entropy
+    for value in (np.int64(9), torch.tensor(9), start.numpy().astype(np.int32), [np.int32(9), 9]):
+        got = record_forward(ours, ids, response_start=value, attention_mask=mask).rows.entropy
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="got a bool"):
+        record_forward(ours, ids, response_start=np.bool_(True), attention_mask=mask)
+    with pytest.raises(TypeError, match="integer tensor"):
+        record_forward(ours, ids, response_start=np.array([9.0, 9.0]), attention_mask=mask)

@@ -93,12 +93,30 @@ def _as_batch(input_ids: object, response_start: object, attention_mask: object)
 
 
 def _response_start(value: object, batch: int, device: torch.device) -> torch.Tensor:
-    if isinstance(value, bool):
+    """``[B] int64`` on ``device`` from ``response_start`` (`record_forward`).
+
+    One int for every example (a Python or NumPy integer, or a 0-d integer tensor), or ``B`` of them (a
+    sequence, a NumPy array or a ``[B]`` tensor).
+    """
+    import numbers
+    import sys
+
+    np = sys.modules.get("numpy")  # a NumPy value implies NumPy is imported (not a dependency here)
+    bools = (bool, np.bool_) if np is not None else (bool,)
+
+    def is_int(v: object) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bools)
+
+    if isinstance(value, bools):
         raise TypeError("response_start must be an int or a [B] integer tensor, got a bool")
-    if isinstance(value, int):
-        return torch.full((batch,), value, dtype=torch.int64, device=device)
-    if isinstance(value, Sequence) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        value = torch.tensor(list(value), dtype=torch.int64)
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
+        value = int(value) if value.dtype != torch.bool else value
+    if is_int(value):
+        return torch.full((batch,), int(value), dtype=torch.int64, device=device)  # type: ignore[call-overload]
+    if np is not None and isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.integer):
+        value = torch.from_numpy(value.astype(np.int64))
+    if isinstance(value, Sequence) and all(is_int(v) for v in value):
+        value = torch.tensor([int(v) for v in value], dtype=torch.int64)
     if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dtype == torch.bool:
         raise TypeError(f"response_start must be an int or a [B] integer tensor, got {_describe(value)}")
     if value.shape != (batch,):
@@ -422,7 +440,8 @@ def record_forward(
     Args:
         model: a decoder-only Transformers causal LM (Llama, Qwen2/3, Mistral, Gemma2/3 text, ...).
         input_ids: [B, L] int64. Left-padded token ids; every example ends with its answer.
-        response_start: int or [B] int64. Padded index of each example's first answer token.
+        response_start: int (also a NumPy integer or 0-d tensor) or [B] integers (a sequence, a NumPy array
+            or a tensor). Padded index of each example's first answer token.
         attention_mask: [B, L] bool/int or None. 1 on real tokens, 0 on left padding (None: no padding).
         request: statistic families and sink positions. None: rows, lookups and columns with one
             sink at each example's first real token. Tuple sink positions count from each example's
