@@ -16,7 +16,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from flashstats_kernels.ops._fused import d_class, exp2_fma, pinned_config, tune_configs
+from flashstats_kernels.ops._exp import exp2_fma
+from flashstats_kernels.ops._fused import d_class, pinned_config, tune_configs
 from flashstats_kernels.ops.columns.fused import columns_triton
 from flashstats_kernels.ops.columns.naive import naive_columns
 from flashstats_kernels.ops.forward.fused import forward_triton, split_head_dim, tune_class

@@ -176,7 +176,7 @@ def test_cli_predict_input_that_is_not_utf8_names_the_file_and_line(tmp_path, ca
 
 
 def test_read_triples_ids_default_to_the_line_number(tmp_path):
-    from halluprobe.cli import read_triples
+    from halluprobe._cli_inputs import read_triples
 
     src = tmp_path / "answers.jsonl"
     rows = [{"context": "c", "answer": "a", "id": None}, {"context": "c", "answer": "b"}]

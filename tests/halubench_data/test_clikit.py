@@ -277,6 +277,7 @@ def test_no_progress_turns_off_transformers_bars_too():
         clikit.quiet_transformers()
         seen.append(hf_logging.is_progress_bar_enabled())
 
+    hf_logging.enable_progress_bar()  # an earlier CLI test in the process may have turned them off
     try:
         assert clikit.run(_parser(), {"go": go}, ["go"]) == 0
         assert clikit.run(_parser(), {"go": go}, ["go", "--no-progress"]) == 0

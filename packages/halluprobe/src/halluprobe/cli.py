@@ -17,6 +17,7 @@ from typing import Any
 from halubench_data import clikit
 
 from halluprobe import _cli_schemas as schemas
+from halluprobe._cli_inputs import read_triples
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
@@ -233,7 +234,8 @@ def _setup(args):
 
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     labelled = {"train": ("train", "validation", "test")}.get(args.command, (getattr(args, "split", None),))
-    check_labels(ds, args.dataset, [s for s in labelled if s], f"halluprobe {args.command}")
+    needs = {s: (0, 1) for s in labelled if s}
+    clikit.check_labels(ds, "--dataset", args.dataset, needs, f"halluprobe {args.command}")
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
@@ -255,22 +257,6 @@ def _setup(args):
     settings = {**ext.settings, "proxy": args.proxy or "default"}
     cache = FeatureCache(Path(args.out) / "cache", settings)
     return ds, ext, cache
-
-
-def check_labels(ds, spec: str, splits: Sequence[str], what: str) -> None:
-    """`clikit.UsageError` naming ``--dataset`` unless each of ``splits`` holds both labels.
-
-    Fitting, threshold choice and AUROC need supported (0) and hallucinated (1) answers; checked before
-    the proxy loads, so an empty file or a one-label split fails at once and writes nothing.
-    """
-    for split in splits:
-        labels = [int(y) for y in ds.split(split).labels]
-        n1 = sum(labels)
-        if n1 in (0, len(labels)):
-            counts = f"{n1} hallucinated (1) and {len(labels) - n1} supported (0)" if labels else "0"
-            raise clikit.UsageError(
-                f"--dataset {spec}: the {split} split has {counts} examples; {what} needs both labels in it"
-            )
 
 
 def _check_sizes(args) -> None:
@@ -461,7 +447,7 @@ def cmd_evaluate(args) -> int:
     _check_sizes(args)
     clikit.check_out_dir(args.out)
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
-    check_labels(ds, args.dataset, [args.split], "halluprobe evaluate")
+    clikit.check_labels(ds, "--dataset", args.dataset, {args.split: (0, 1)}, "halluprobe evaluate")
     part = ds.split(args.split)
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
@@ -482,52 +468,6 @@ def cmd_evaluate(args) -> int:
            "methods": {det.fit.feature_set: res}}  # fmt: skip
     clikit.emit(lambda: results_table({f"{det.fit.feature_set} ({args.split})": res}), doc)
     return 0
-
-
-def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
-
-    A line's ``id`` (a string or an integer) is its id as a string; a missing or null ``id`` gives the
-    line number. Blank lines are skipped.
-
-    Raises:
-        ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
-            ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
-    """
-    from halubench_data.io import BOM, is_unicode
-
-    ids, triples = [], []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            if n == 1:
-                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)") from None
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object with 'context' and 'answer'")
-            for key in ("context", "answer", "question"):
-                if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
-                    raise ValueError(f"{path}:{n}: field {key!r} must be a string")
-                if not is_unicode(rec.get(key, "")):
-                    raise ValueError(f"{path}:{n}: field {key!r} is not valid Unicode (a lone surrogate)")
-            if not rec["answer"].strip():
-                raise ValueError(f"{path}:{n}: the answer is empty")
-            item_id = rec.get("id")
-            if item_id is not None and (isinstance(item_id, bool) or not isinstance(item_id, str | int)):
-                raise ValueError(f"{path}:{n}: field 'id' must be a string or an integer")
-            ids.append(str(n if item_id is None else item_id))
-            triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
-    if not triples:
-        raise ValueError(f"{path}: no answers to score")
-    return ids, triples
 
 
 def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dict[str, Any]:

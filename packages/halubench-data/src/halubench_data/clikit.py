@@ -229,13 +229,7 @@ def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path} is a file; expected a folder")
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: {probe} is not writable")
+    _check_creatable(path, path, flag)
     return path
 
 
@@ -247,14 +241,44 @@ def check_out_file(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a folder; expected a file path")
-    probe = path.parent
+    _check_creatable(path, path.parent, flag)
+    return path
+
+
+def _check_creatable(path: Path, folder: Path, flag: str) -> None:
+    """`UsageError` unless ``folder`` exists or can be created under its nearest existing, writable parent."""
+    probe = folder
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {probe} is not writable")
-    return path
+
+
+def check_labels(data: Any, flag: str, spec: str, needs: Mapping[str, Sequence[int]], command: str) -> None:
+    """`UsageError` naming ``flag`` unless each split of ``needs`` holds each of its labels.
+
+    Fitting, threshold choice and AUROC need supported (0) and hallucinated (1) answers: a command checks
+    its dataset before a model loads, so an empty file or a one-label split fails at once and writes
+    nothing.
+
+    Args:
+        data: a `halubench_data.Dataset`.
+        flag: the option that named the dataset (``--dataset``, ``--select-on``).
+        spec: the dataset spec as given.
+        needs: ``{split: labels it must hold}``, e.g. ``{"test": (0, 1)}``.
+        command: the command, for the message (``halluprobe train``).
+    """
+    for split, wanted in needs.items():
+        labels = [int(y) for y in data.split(split).labels]
+        if any(y not in labels for y in wanted):
+            n1 = sum(labels)
+            counts = f"{n1} hallucinated (1) and {len(labels) - n1} supported (0)" if labels else "0"
+            what = "both labels" if len(wanted) == 2 else "a hallucinated (1) example"
+            raise UsageError(
+                f"{flag} {spec}: the {split} split has {counts} examples; {command} needs {what} in it"
+            )
 
 
 def is_quiet() -> bool:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from halubench_data import Dataset, atomic_write_text, clikit, load, results_table
-from halubench_data.schema import Split
 
 from halujudge.cache import ScoreCache
 from halujudge.evaluation import JudgeRun, TemplateSelection, run_evaluation, select_template
@@ -62,20 +61,6 @@ def _write_outputs(out: Path, run: JudgeRun, dataset: Dataset) -> None:
     atomic_write_text(out / "results.md", results_table([(run.method, run.result)]) + "\n", overwrite=True)
 
 
-def _check_labels(data: Dataset, flag: str, spec: str, needs: dict[Split, tuple[int, ...]]) -> None:
-    """`clikit.UsageError` naming ``flag`` unless each split of ``needs`` holds each of its labels."""
-    for split, wanted in needs.items():
-        labels = [int(y) for y in data.split(split).labels]
-        if any(y not in labels for y in wanted):
-            n1 = sum(labels)
-            counts = f"{n1} hallucinated (1) and {len(labels) - n1} supported (0)" if labels else "0"
-            what = "both labels" if len(wanted) == 2 else "a hallucinated (1) example"
-            raise clikit.UsageError(
-                f"{flag} {spec}: the {split} split has {counts} examples; "
-                f"halujudge evaluate needs {what} in it"
-            )
-
-
 def evaluate_command(args: argparse.Namespace) -> JudgeRun:
     """Run ``halujudge evaluate``, write its outputs to ``args.out`` and return the run."""
     dataset = load(args.dataset, limit=args.limit, arg="--dataset")
@@ -84,13 +69,12 @@ def evaluate_command(args: argparse.Namespace) -> JudgeRun:
     if auto:
         pool = [load(s, limit=args.limit, arg="--select-on") for s in args.select_on or []]
         for spec, data in zip(args.select_on or [], pool, strict=True):
-            _check_labels(data, "--select-on", spec, {"validation": (0, 1)})
+            clikit.check_labels(data, "--select-on", spec, {"validation": (0, 1)}, "halujudge evaluate")
     # the threshold is chosen on validation, the test AUROC needs both labels; checked before the model
     # loads, so that a dataset that cannot be scored fails at once and leaves no output folder
     chooses = auto and not pool  # the evaluated dataset's validation split also chooses the template
-    _check_labels(
-        dataset, "--dataset", args.dataset, {"validation": (0, 1) if chooses else (1,), "test": (0, 1)}
-    )
+    needs = {"validation": (0, 1) if chooses else (1,), "test": (0, 1)}
+    clikit.check_labels(dataset, "--dataset", args.dataset, needs, "halujudge evaluate")
     scorer, method = _scorer(args)  # before anything is written: a model that fails to load leaves no folder
     args.out.mkdir(parents=True, exist_ok=True)
     cache = ScoreCache(args.out / "cache.jsonl")

@@ -1,0 +1,52 @@
+"""Reading ``halluprobe predict --input``: JSON lines of answers to score, checked line by line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
+
+    A line's ``id`` (a string or an integer) is its id as a string; a missing or null ``id`` gives the
+    line number. Blank lines are skipped.
+
+    Raises:
+        ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
+            ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
+    """
+    from halubench_data.io import BOM, is_unicode
+
+    ids, triples = [], []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1:
+                raw = raw.removeprefix(BOM)  # a UTF-8 byte order mark (Windows editors write one)
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)") from None
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object with 'context' and 'answer'")
+            for key in ("context", "answer", "question"):
+                if not isinstance(rec.get(key, ""), str) or (key != "question" and key not in rec):
+                    raise ValueError(f"{path}:{n}: field {key!r} must be a string")
+                if not is_unicode(rec.get(key, "")):
+                    raise ValueError(f"{path}:{n}: field {key!r} is not valid Unicode (a lone surrogate)")
+            if not rec["answer"].strip():
+                raise ValueError(f"{path}:{n}: the answer is empty")
+            item_id = rec.get("id")
+            if item_id is not None and (isinstance(item_id, bool) or not isinstance(item_id, str | int)):
+                raise ValueError(f"{path}:{n}: field 'id' must be a string or an integer")
+            ids.append(str(n if item_id is None else item_id))
+            triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
+    if not triples:
+        raise ValueError(f"{path}: no answers to score")
+    return ids, triples
