@@ -89,21 +89,33 @@ def _pooled(n_boot: int):
 def _localisation(n_boot: int):
     from flashstats_hf import LOGIT_STAT_NAMES
     from halluprobe import suite
+
+    split, tasks = _token_split("mean")
+    logprob = split["train"][0][1].features.shape[1] - len(LOGIT_STAT_NAMES)  # first logit stat: logprob
+    views = {v: _token_split(v)[0] for v in _INPUTS[0].token_views}
+    return suite.localisation_runs(split, logprob, tasks, n_bootstrap=n_boot, views=views)
+
+
+def _token_split(view: str) -> tuple[dict, list]:
+    """``({split: [(task, TokenExample)]}, tasks)`` of the extracted RAGTruth tasks in one token view."""
     from halluprobe.token_data import TokenStore
 
     inp = _INPUTS[0]
     store, tasks = TokenStore(inp.work / "tokens"), [t for t in data.RAGTRUTH_TASKS if t in inp.done]
     if not tasks:
         raise ValueError("localisation needs at least one extracted RAGTruth task")
+    split = {s: [(t, store.example(ex, view)) for t in tasks for ex in inp.datasets[t].split(s).examples]
+             for s in ("train", "validation", "test")}  # fmt: skip
+    return split, tasks
 
-    def split_of(view: str) -> dict:
-        return {s: [(t, store.example(ex, view)) for t in tasks for ex in inp.datasets[t].split(s).examples]
-                for s in ("train", "validation", "test")}  # fmt: skip
 
-    split = split_of("mean")
-    logprob = split["train"][0][1].features.shape[1] - len(LOGIT_STAT_NAMES)  # first logit stat: logprob
-    views = {v: split_of(v) for v in inp.token_views}
-    return suite.localisation_runs(split, logprob, tasks, n_bootstrap=n_boot, views=views)
+def _localisation_cv(n_boot: int):
+    """Per-task token probes with every choice by 5-fold CV over train + validation (`suite.task_cv_run`)."""
+    from halluprobe import suite
+
+    view = "mean+hidden" if "mean+hidden" in _INPUTS[0].token_views else "mean"
+    split, tasks = _token_split(view)
+    return suite.task_cv_run(split, tasks, view=view, n_bootstrap=n_boot)
 
 
 def _job(spec: tuple):
@@ -111,9 +123,10 @@ def _job(spec: tuple):
     from threadpoolctl import threadpool_limits
 
     kind, arg = spec
-    fn = {"fit": _fit, "pooled": _pooled, "loc": _localisation}[kind]
+    fn = {"fit": _fit, "pooled": _pooled, "loc": _localisation, "loccv": _localisation_cv}[kind]
     cpus = os.cpu_count() or 1
-    threads = _INPUTS[0].threads if kind != "loc" else max(_INPUTS[0].threads, cpus // 2)  # the longest job
+    long = kind in ("loc", "loccv")  # the longest jobs
+    threads = _INPUTS[0].threads if not long else max(_INPUTS[0].threads, cpus // 2)
     with threadpool_limits(threads):
         return _guarded(f"{kind} {arg}", lambda: fn(arg), None if kind != "pooled" else [])
 
@@ -168,6 +181,7 @@ def analyze(
         jobs.append(("pooled", max(1000, n_boot // 5)))
     if any(t in done for t in data.RAGTRUTH_TASKS):
         jobs.append(("loc", max(200, n_boot // 50)))
+        jobs.append(("loccv", max(200, n_boot // 50)))
     _INPUTS[:] = [_inputs(Path(data_dir), Path(work), n_boot, n_paired, len(jobs), token_views)]
     inp = _INPUTS[0]
     cost_path = Path(work) / "cost.json"
@@ -176,7 +190,7 @@ def analyze(
     pool = get_context("fork").Pool(min(len(jobs), cpus)) if cpus > 1 and len(jobs) > 1 else None
     try:  # the localisation runs longest: the tables are written before it ends, and again after
         pending = {j: pool.apply_async(_job, (j,)) for j in jobs} if pool else {}
-        got = {j: pending[j].get() if pool else _job(j) for j in jobs if j[0] != "loc"}
+        got = {j: pending[j].get() if pool else _job(j) for j in jobs if j[0] not in ("loc", "loccv")}
         runs = {n: got["fit", n] for n in names if got["fit", n] is not None}
         pooled = next((v for (k, _), v in got.items() if k == "pooled"), [])
         print("analyze: fitted", ", ".join(runs), flush=True)
@@ -192,9 +206,11 @@ def analyze(
 
         transfers = _guarded("cross-task", cross_task, []) + pooled
         write_outputs(out, runs, tests, transfers, None, cost, inp.extract, inp.judge, proxy=PROXY)
-        loc_job = next((j for j in jobs if j[0] == "loc"), None)
-        if loc_job is not None:
-            loc = pending[loc_job].get() if pool else _job(loc_job)
+        loc_jobs = [j for j in jobs if j[0] in ("loc", "loccv")]
+        if loc_jobs:
+            loc, cv = (pending[j].get() if pool else _job(j) for j in loc_jobs)
+            if loc is not None and cv is not None:  # the cross-validated scorer's rows after the others
+                loc = {**loc, "fit": {**loc["fit"], **cv["fit"]}, "results": loc["results"] + cv["results"]}
             write_outputs(out, runs, tests, transfers, loc, cost, inp.extract, inp.judge, proxy=PROXY)
     finally:
         if pool is not None:

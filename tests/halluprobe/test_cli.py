@@ -180,6 +180,8 @@ def test_a_split_without_both_labels_is_refused_before_the_proxy_loads(
         (["select-a7", "--n-features", "0"], "--n-features must be in 1..22 (the A7 candidates), got 0"),
         (["select-l9", "--n-features", "225"], "--n-features must be in 1..224 (the L9 candidates), got 225"),
         (["train", "--a7-selection", "MISSING"], "missing.json"),
+        (["train", "--token-cv", "5"], "--token-cv applies to the token probe: add --token-probe"),
+        (["train", "--token-probe", "--token-cv", "1"], "--token-cv must be 0 (validation) or at least 2"),
     ],
 )
 def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkeypatch, argv, match):

@@ -15,6 +15,8 @@ from halluprobe.localisation import (
     decode_spans,
     evaluate_spans,
     fit_token_probe,
+    fit_token_probe_cv,
+    group_folds,
     smooth_scores,
     span_counts,
     span_prf,
@@ -94,6 +96,58 @@ def test_token_probe_needs_positive_training_tokens():
     flat = [TokenExample(e.features, e.offsets, np.zeros_like(e.gold), e.group) for e in _synthetic(5, rng)]
     with pytest.raises(ValueError, match="hallucinated and supported training tokens"):
         fit_token_probe(flat, flat)
+
+
+def test_group_folds_keep_groups_together_and_balanced():
+    rng = np.random.default_rng(3)
+    exs = _synthetic(40, rng)  # 20 groups of two answers
+    fold = group_folds(exs, 5)
+    by_group = {}
+    for e, f in zip(exs, fold, strict=True):
+        by_group.setdefault(e.group, set()).add(int(f))
+    assert all(len(v) == 1 for v in by_group.values())
+    assert sorted(np.bincount(fold).tolist()) == [8] * 5
+    np.testing.assert_array_equal(fold, group_folds(exs, 5))  # seeded
+    assert not np.array_equal(fold, group_folds(exs, 5, seed=7))
+    with pytest.raises(ValueError, match="needs at least 2 folds and 30 groups, got 20"):
+        group_folds(exs, 30)
+
+
+def test_cv_token_probe_chooses_on_out_of_fold_scores_and_fits_on_everything():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(4)
+    seen, test = _synthetic(80, rng, noise=1.5), _synthetic(30, rng)
+    probe = fit_token_probe_cv(seen, folds=4, cs=(0.01, 1.0), windows=(0, 2), smooths=(0, 1), gaps=(0, 1))
+    assert probe.window in (0, 2) and probe.C in (0.01, 1.0) and probe.coef[0] > 0
+    # the choices are those of the out-of-fold scores, recomputed here by hand for the chosen setting
+    fold = group_folds(seen, 4)
+    oof = [None] * len(seen)
+    for k in range(4):
+        tr = [e for e, f in zip(seen, fold, strict=True) if f != k]
+        x = np.concatenate([context_features(e.features, probe.window) for e in tr])
+        y = np.concatenate([e.labels for e in tr])
+        mu, sd = x.mean(0), x.std(0)
+        lr = LogisticRegression(C=probe.C, class_weight="balanced", max_iter=500).fit((x - mu) / sd, y)
+        for i in np.flatnonzero(fold == k):
+            oof[i] = lr.decision_function((context_features(seen[i].features, probe.window) - mu) / sd)
+    sm, gap, thr, _ = choose_decoding(seen, oof, smooths=(0, 1), gaps=(0, 1))
+    assert (probe.smooth, probe.gap) == (sm, gap) and probe.threshold == pytest.approx(thr, rel=1e-4)
+    # the returned probe is fitted on every answer with the chosen window and C
+    x = np.concatenate([context_features(e.features, probe.window) for e in seen])
+    y = np.concatenate([e.labels for e in seen])
+    full = LogisticRegression(C=probe.C, class_weight="balanced", max_iter=500).fit(
+        (x - x.mean(0)) / x.std(0), y
+    )
+    np.testing.assert_allclose(probe.coef, full.coef_[0], rtol=1e-4, atol=1e-6)
+    res = evaluate_spans(test, [probe.decision_function(e.features) for e in test], probe.threshold,
+                         n_bootstrap=20, gap=probe.gap)  # fmt: skip
+    assert res.token_auroc > 0.8 and res.span_f1 > 0.5
+    with pytest.raises(ValueError, match="needs at least 2 folds and 99 groups"):
+        fit_token_probe_cv(seen, folds=99)
+    flat = [TokenExample(e.features, e.offsets, np.zeros_like(e.gold), e.group) for e in seen]
+    with pytest.raises(ValueError, match="hallucinated and supported training tokens"):
+        fit_token_probe_cv(flat, folds=4)
 
 
 class _PieceTokenizer:

@@ -236,18 +236,23 @@ def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
         suite.localisation_runs(split, 1, ["a"], n_bootstrap=2, views={"heads": short})
 
 
-def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
-    """Two tasks whose token signal has opposite signs: one pooled probe cannot read both; per task can."""
-    from halluprobe.localisation import TokenExample, evaluate_spans
+def _opposite_tasks(rng) -> dict:
+    """Splits of two tasks whose token signal has opposite signs (task "b": the signal column negated)."""
+    from halluprobe.localisation import TokenExample
 
-    rng = np.random.default_rng(8)
-
-    def flipped(items):  # task "b": the signal column's sign reversed
+    def flipped(items):
         return [(t, TokenExample(e.features * np.array([-1.0, 1.0], np.float32), e.offsets, e.gold, e.group))
                 for t, e in items]  # fmt: skip
 
-    split = {s: _tokens(rng, n, "a") + flipped(_tokens(rng, n, "b"))
-             for s, n in (("train", 40), ("validation", 20), ("test", 20))}  # fmt: skip
+    return {s: _tokens(rng, n, "a") + flipped(_tokens(rng, n, "b"))
+            for s, n in (("train", 40), ("validation", 20), ("test", 20))}  # fmt: skip
+
+
+def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
+    """Two tasks whose token signal has opposite signs: one pooled probe cannot read both; per task can."""
+    from halluprobe.localisation import evaluate_spans
+
+    split = _opposite_tasks(np.random.default_rng(8))
     loc = suite.localisation_runs(split, 1, ["a", "b"], n_bootstrap=10)
     name = suite.TASK_NAMES["mean"]
     assert loc["chosen"] == name
@@ -264,6 +269,31 @@ def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
     assert rows[name, "b"]["span_f1"] == pytest.approx(alone.span_f1)
     with pytest.raises(ValueError, match="no token probe for task 'c'"):
         probes.scores("c", test_b[0].features)
+
+
+def test_cross_validated_task_probes_fit_on_train_and_validation_and_score_test_once():
+    from halluprobe.localisation import TokenExample
+
+    split = _opposite_tasks(np.random.default_rng(9))
+    run = suite.task_cv_run(split, ["a", "b"], view="mean", folds=4, n_bootstrap=10, cs=(0.01, 1.0))
+    ((name, fit),) = run["fit"].items()
+    assert fit["folds"] == 4 and set(fit["tasks"]) == {"a", "b"}
+    rows = {(r["method"], r["task"]): r for r in run["results"]}
+    assert set(rows) == {(name, "all"), (name, "a"), (name, "b")}
+    assert rows[name, "all"]["token_auroc"] > 0.8 and rows[name, "all"]["span_f1"] > 0.5
+    assert rows[name, "a"]["n_answers"] == 20 and rows[name, "all"]["n_answers"] == 40
+    # test labels play no part in any choice: relabelled test answers leave the fit unchanged
+    blank = [(t, TokenExample(e.features, e.offsets, np.zeros_like(e.gold), e.group))
+             for t, e in split["test"]]  # fmt: skip
+    again = suite.task_cv_run({**split, "test": blank}, ["a", "b"], view="mean", folds=4, n_bootstrap=10,
+                              cs=(0.01, 1.0))  # fmt: skip
+    assert again["fit"] == run["fit"]
+    # but validation answers are training data here: relabelling them changes the probes
+    val_blank = [(t, TokenExample(e.features, e.offsets, np.zeros_like(e.gold), e.group))
+                 for t, e in split["validation"]]  # fmt: skip
+    moved = suite.task_cv_run({**split, "validation": val_blank}, ["a", "b"], view="mean", folds=4,
+                              n_bootstrap=10, cs=(0.01, 1.0))  # fmt: skip
+    assert moved["fit"] != run["fit"]
 
 
 def test_cost_section_says_whether_a_rerun_repeats_the_extraction():

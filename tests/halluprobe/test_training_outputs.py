@@ -62,21 +62,40 @@ def _token_split(rng, n):
     return out
 
 
-def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory, char_llama):
-    from halluprobe.detector import Detector
-
+def _train_with_tokens(tmp_path, record_factory, char_llama, seed: int, **token_args) -> tuple[dict, dict]:
+    """``run_training`` of L9 on synthetic token examples: (token splits, results.json localisation)."""
     ds = build_default(n_contexts=12)
     ext = SimpleNamespace(model=char_llama, layers=None, hidden_layers=(0,))
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     tokens = {
         "train": _token_split(rng, 40),
         "validation": _token_split(rng, 20),
         "test": _token_split(rng, 20),
     }
     run_training(ds, _records(ds, record_factory), ext, ["L9"], tmp_path, proxy=None, published=False,
-                 token_examples=tokens, token_view="heads+hidden")  # fmt: skip
-    loc = json.loads((tmp_path / "results.json").read_text())["localisation"]
+                 token_examples=tokens, **token_args)  # fmt: skip
+    return tokens, json.loads((tmp_path / "results.json").read_text())["localisation"]
+
+
+def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory, char_llama):
+    from halluprobe.detector import Detector
+
+    _, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 3, token_view="heads+hidden")
     assert loc["token_auroc"] > 0.8 and 0 < loc["span_f1"] <= 1 and loc["n_answers"] == 20
     probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
     assert probe is not None and probe.threshold == loc["threshold"] and probe.C == loc["C"]
     assert probe.view == loc["view"] == "heads+hidden"  # the view travels with the saved probe
+    assert loc["cv_folds"] == 0
+
+
+def test_train_with_cross_validated_token_probe(tmp_path, record_factory, char_llama):
+    """``token_cv``: the token probe's choices by group CV over train + validation, fitted on both."""
+    from halluprobe.detector import Detector
+    from halluprobe.localisation import fit_token_probe_cv
+
+    tokens, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 4, token_view="mean", token_cv=4)
+    assert loc["cv_folds"] == 4 and loc["token_auroc"] > 0.8 and loc["n_answers"] == 20
+    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
+    same = fit_token_probe_cv([*tokens["train"], *tokens["validation"]], folds=4, view="mean")
+    assert probe.threshold == same.threshold and probe.C == same.C
+    np.testing.assert_allclose(probe.coef, same.coef)

@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default mean+hidden)",
     )  # fmt: skip
     p.add_argument(
+        "--token-cv", type=int, default=0, metavar="FOLDS",
+        help="choose the token probe's C, context window, decoding and threshold by FOLDS-fold group "
+        "cross-validation over the training and validation answers, then fit it on both (default 0: "
+        "fit on train, choose on validation)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-published", action="store_true", help="skip the published detectors (Lookback Lens, ...)"
     )
     for block in ("a7", "l9"):
@@ -349,6 +355,10 @@ def cmd_train(args) -> int:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     for name in sets:
         parse_feature_set(name)  # a bad name fails before the proxy runs
+    if args.token_cv and not args.token_probe:
+        raise clikit.UsageError("--token-cv applies to the token probe: add --token-probe")
+    if args.token_cv == 1 or args.token_cv < 0:
+        raise clikit.UsageError(f"--token-cv must be 0 (validation) or at least 2 folds, got {args.token_cv}")
     selections = _selections(args)  # as does a missing or malformed --a7-selection / --l9-selection
     ds, ext, cache = _setup(args)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
@@ -368,6 +378,7 @@ def cmd_train(args) -> int:
         toha=args.toha,
         token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
         token_view=args.token_view,
+        token_cv=args.token_cv,
         **selections,
     )
     out = Path(args.out)

@@ -15,7 +15,9 @@ mean over the whole answer, and the token's relative position), and its scores c
 (``smooth``: a moving average over ``smooth`` tokens on each side) before decoding; flagged runs
 separated by at most ``gap`` unflagged tokens are merged. `fit_token_probe` chooses the window with
 ``C`` by validation token AUROC, then ``smooth``, ``gap`` and the threshold together by validation
-span F1; the test split is never used for a choice.
+span F1; the test split is never used for a choice. `fit_token_probe_cv` makes the same choices by
+group cross-validation over the training and validation answers together, then fits on all of them:
+the threshold is then set on out-of-fold scores of every such answer instead of the validation ones.
 
 Spans: the characters of every token scored at or above the threshold (after closing gaps of at
 most ``gap`` tokens), merged into maximal runs (`decode_spans`). Span precision, recall and F1
@@ -49,6 +51,7 @@ from halluprobe.token_data import (
 )
 
 __all__ = [
+    "CV_FOLDS",
     "GAPS",
     "MAX_TRAIN_TOKENS",
     "SMOOTHS",
@@ -72,6 +75,8 @@ __all__ = [
     "evaluate_spans",
     "fit_and_evaluate",
     "fit_token_probe",
+    "fit_token_probe_cv",
+    "group_folds",
     "smooth_scores",
     "span_counts",
     "span_prf",
@@ -423,6 +428,96 @@ def fit_token_probe(
     return replace(probe, threshold=thr, smooth=sm, gap=g)
 
 
+CV_FOLDS = 5
+"""Folds of `fit_token_probe_cv`."""
+
+
+def group_folds(examples: Sequence[TokenExample], folds: int = CV_FOLDS, seed: int = 42) -> np.ndarray:
+    """``[n] int``: the fold of each example; every answer of a group shares its group's fold.
+
+    The groups (sorted) are dealt round-robin in a seeded random order, so fold sizes differ by at most
+    one group.
+
+    Raises:
+        ValueError: with fewer than two folds or fewer groups than folds.
+    """
+    groups = sorted({e.group for e in examples})
+    if folds < 2 or len(groups) < folds:
+        raise ValueError(f"{folds}-fold cross-validation needs at least 2 folds and {folds} groups, got "
+                         f"{len(groups)} groups")  # fmt: skip
+    order = np.random.default_rng(seed).permutation(len(groups))
+    fold_of = {groups[g]: k % folds for k, g in enumerate(order)}
+    return np.array([fold_of[e.group] for e in examples], dtype=np.int64)
+
+
+def _fit_rows(
+    x: np.ndarray, y: np.ndarray, rows: np.ndarray, C: float, max_tokens: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:  # fmt: skip
+    """``(mean, scale, coef, intercept)`` of a balanced logistic regression on ``x[rows]`` (subsampled)."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(rows) > max_tokens:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, max_tokens, replace=False))
+    xr, yr = x[rows], y[rows]
+    if len(set(yr.tolist())) < 2:
+        raise ValueError("the token probe needs hallucinated and supported training tokens (spans in train)")
+    mu, sd = xr.mean(0), xr.std(0)
+    sd = np.where(sd > 1e-8, sd, 1.0)
+    lr = LogisticRegression(C=C, class_weight="balanced", max_iter=500).fit((xr - mu) / sd, yr)
+    return mu, sd, lr.coef_[0].astype(np.float64), float(lr.intercept_[0])
+
+
+def fit_token_probe_cv(
+    examples: Sequence[TokenExample], *, folds: int = CV_FOLDS, cs: Sequence[float] = TOKEN_CS,
+    windows: Sequence[int] = WINDOWS, smooths: Sequence[int] = SMOOTHS, gaps: Sequence[int] = GAPS,
+    max_train_tokens: int = MAX_TRAIN_TOKENS, seed: int = 42, view: str = "mean",
+) -> TokenProbe:  # fmt: skip
+    """A token probe whose every choice is made by group ``folds``-fold cross-validation, fitted on all.
+
+    For `fit_token_probe`'s train/validation protocol, the decoding threshold is chosen on the
+    validation answers alone, a few hundred of them, and the probe never sees them. Here ``examples``
+    (a training and a validation split together, say) are dealt into folds by group (`group_folds`);
+    each window and ``C`` gets out-of-fold token scores (a probe fitted on the other folds scores each
+    fold); the pair with the best out-of-fold token AUROC wins (ties: smaller window, then smaller
+    ``C``); `choose_decoding` picks ``smooth``, ``gap`` and the threshold on the out-of-fold scores of
+    every answer; the returned probe is then fitted on all ``examples`` with those choices. Its
+    ``val_auroc`` is the out-of-fold token AUROC. A test split must not be among ``examples``.
+
+    Raises:
+        ValueError: with fewer groups than folds, or a training fold without both token labels.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    check_view(view)
+    fold = group_folds(examples, folds, seed)
+    tok_fold = np.concatenate([np.full(len(e.offsets), f) for e, f in zip(examples, fold, strict=True)])
+    bounds = np.cumsum([0] + [len(e.offsets) for e in examples])
+    stacked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def out_of_fold(cand: tuple[int, float]) -> tuple[float, list[np.ndarray]]:
+        w, c = cand
+        if w not in stacked:
+            stacked.clear()
+            stacked[w] = _stack(examples, w)
+        x, y = stacked[w]
+        s = np.zeros(len(y), dtype=np.float64)
+        for k in range(folds):
+            mu, sd, coef, icpt = _fit_rows(x, y, np.flatnonzero(tok_fold != k), c, max_train_tokens, seed)
+            held = tok_fold == k
+            s[held] = ((x[held] - mu) / sd) @ coef + icpt
+        auc = roc_auc_score(y, s) if len(set(y.tolist())) == 2 else 0.5
+        return float(auc), [s[bounds[i] : bounds[i + 1]] for i in range(len(examples))]
+
+    cands = [(int(w), float(c)) for w in sorted(set(windows)) for c in cs]
+    (w, c), auc, oof = best_by_validation(cands, out_of_fold, tol=1e-12)
+    sm, g, thr, _ = choose_decoding(examples, oof, smooths=smooths, gaps=gaps)
+    x, y = stacked[w] if w in stacked else _stack(examples, w)
+    stacked.clear()
+    mu, sd, coef, icpt = _fit_rows(x, y, np.arange(len(y)), c, max_train_tokens, seed)
+    return TokenProbe(mu, sd, coef, icpt, float(c), thr, float(auc), window=int(w), smooth=int(sm),
+                      gap=int(g), view=view)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SpanResult:
     """Token- and span-level metrics of one token scorer on a set of answers, with bootstrap intervals."""
@@ -506,13 +601,19 @@ def evaluate_spans(
 
 
 def fit_and_evaluate(
-    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500, view: str = "mean"
-) -> tuple[TokenProbe, SpanResult]:
+    splits: dict[str, Sequence[TokenExample]], *, n_bootstrap: int = 500, view: str = "mean",
+    cv_folds: int = 0,
+) -> tuple[TokenProbe, SpanResult]:  # fmt: skip
     """Fit a token probe on ``splits["train"]`` / ``["validation"]`` and score ``["test"]`` once.
 
     ``view``: the `TOKEN_VIEWS` entry the examples' features were built with (saved with the probe).
+    ``cv_folds``: 0 for `fit_token_probe` (choices on validation); else `fit_token_probe_cv` with that many
+    folds over the training and validation answers together.
     """
-    probe = fit_token_probe(splits["train"], splits["validation"], view=view)
+    if cv_folds:
+        probe = fit_token_probe_cv([*splits["train"], *splits["validation"]], folds=cv_folds, view=view)
+    else:
+        probe = fit_token_probe(splits["train"], splits["validation"], view=view)
     test = splits["test"]
     scores = [probe.decision_function(e.features) for e in test]
     return probe, evaluate_spans(test, scores, probe.threshold, n_bootstrap=n_bootstrap, gap=probe.gap)

@@ -91,8 +91,16 @@ def _localisation(folder: Path, fits: Mapping[str, Any]) -> str:
         verdict = [
             f"{r[k]:.3f} ({'met' if r[k] >= TARGETS[k] else 'missed'})" for k in ("token_auroc", "span_f1")
         ]
-        mark = " (chosen by validation span F1)" if fits.get(r["method"], {}).get("chosen") else ""
+        fit = fits.get(r["method"], {})
+        mark = " (chosen by validation span F1)" if fit.get("chosen") else ""
         lines.append(f"| {r['method']}{mark} | {verdict[0]} | {verdict[1]} |\n")
+    if any("folds" in f for f in fits.values()):
+        lines.append(
+            "\nA scorer fitted by cross-validation trains on the validation answers too (its `C`, window, "
+            "smoothing, gap and threshold come from out-of-fold scores of the training and validation "
+            "answers, `halluprobe.localisation.fit_token_probe_cv`), so it has no validation span F1 and is "
+            "not among the scorers compared on validation; like them it is scored once on the test split.\n"
+        )
     lines.append(
         f"\nFor reference, LettuceDetect-large-v1 reports a span-level F1 of {LETTUCEDETECT_SPAN_F1:.3f} on "
         "RAGTruth (Kovács and Recski 2025, arXiv:2502.17125). What differs: a 395M-parameter "

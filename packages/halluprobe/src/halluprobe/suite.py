@@ -12,7 +12,8 @@ The protocol of the paper's evaluation (Section 5.3, Appendix M), on records alr
   validation threshold to other datasets.
 - `localisation_runs`: token probes (plain, with context, on richer feature views; the one with the best
   validation span F1 chosen) and the negative log-probability on annotated spans
-  (`halluprobe.localisation`).
+  (`halluprobe.localisation`); `task_cv_run`: per-task token probes with every choice by
+  cross-validation over the training and validation answers.
 
 Nothing here looks at test labels before the final scoring.
 """
@@ -341,7 +342,6 @@ def localisation_runs(
     """
     from halluprobe.localisation import (
         choose_span_threshold,
-        evaluate_spans,
         fit_token_probe,
         span_counts,
         span_prf,
@@ -400,16 +400,79 @@ def localisation_runs(
     methods[LOGPROB_NAME] = (lp, lp_thr, no_gap, split["test"])
     out: dict[str, Any] = {"fit": fit, "chosen": chosen, "n_features": int(train[0].features.shape[1]),
                            "results": []}  # fmt: skip
-    for name, (fn, thr, gap, test) in methods.items():
-        for task in ("all", *tasks):
-            items = [(t, e) for t, e in test if task in ("all", t)]
-            res = evaluate_spans(
-                [e for _, e in items], [fn(t, e.features) for t, e in items], thr,
-                n_bootstrap=n_bootstrap, gap=[gap(t) for t, _ in items],
-            )  # fmt: skip
-            row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
-            out["results"].append({"method": name, "task": task, **row})
+    for name, scorer in methods.items():
+        out["results"] += _span_rows(name, scorer, tasks, n_bootstrap)
     return out
+
+
+def _span_rows(name: str, scorer: _Scorer, tasks: Sequence[str], n_bootstrap: int) -> list[dict[str, Any]]:
+    """One result row of a scorer on its test items pooled (``"all"``) and on each task."""
+    from halluprobe.localisation import evaluate_spans
+
+    fn, thr, gap, test = scorer
+    rows = []
+    for task in ("all", *tasks):
+        items = [(t, e) for t, e in test if task in ("all", t)]
+        res = evaluate_spans(
+            [e for _, e in items], [fn(t, e.features) for t, e in items], thr,
+            n_bootstrap=n_bootstrap, gap=[gap(t) for t, _ in items],
+        )  # fmt: skip
+        row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(res).items()}
+        rows.append({"method": name, "task": task, **row})
+    return rows
+
+
+TASK_CV_NAME = "token probes per task + hidden state + context, smoothing, gap merging, choices by 5-fold CV"
+"""Row name of `task_cv_run`'s scorer (on the ``"mean+hidden"`` view, the default folds)."""
+TASK_CV_CS: tuple[float, ...] = (0.00001, 0.00003, 0.0001, 0.0003)
+"""``C`` grid of `task_cv_run`: on RAGTruth the per-task probes chose the smallest of `TASK_CS` (0.0001)
+for every task, and on the CPU development runs (training split cross-validated, scored on validation)
+the out-of-fold AUROC rose further down to 0.00003."""
+
+
+def task_cv_run(
+    split: Mapping[str, Sequence[tuple[str, Any]]], tasks: Sequence[str], *, view: str = "mean+hidden",
+    folds: int = 5, n_bootstrap: int = 500, context_tokens: int = 100_000,
+    cs: Sequence[float] = TASK_CV_CS, windows: Sequence[int] = (4,),
+) -> dict[str, Any]:  # fmt: skip
+    """One token probe per task with every choice by group cross-validation over train + validation.
+
+    Each task's probe is `halluprobe.localisation.fit_token_probe_cv` on that task's training and
+    validation answers together (``C`` in ``cs``, window in ``windows``: by default the context window
+    4 that validation chose for every context probe of the RAGTruth runs), read as one scorer
+    (`TaskTokenProbes`) and scored once on the test split, pooled and per task.
+
+    Args:
+        split: ``{"train" | "validation" | "test": [(task, TokenExample), ...]}`` of the feature ``view``.
+        tasks: The tasks (each needs ``folds`` groups in its training and validation answers).
+        view: The `halluprobe.token_data.TOKEN_VIEWS` entry of ``split``'s features.
+        folds: Cross-validation folds.
+        n_bootstrap: Resamples of the intervals.
+        context_tokens: At most this many tokens (a seeded sample) fit each probe.
+        cs: ``C`` grid, ascending.
+        windows: Context windows searched.
+
+    Returns:
+        ``{"fit": {name: {"view", "folds", "tasks": {task: choices}}}, "results": [rows]}`` in
+        `localisation_runs`'s row format; ``val_token_auroc`` of each task is its out-of-fold AUROC.
+    """
+    from halluprobe.localisation import TaskTokenProbes, fit_token_probe_cv
+
+    name = (
+        TASK_CV_NAME
+        if (view, folds) == ("mean+hidden", 5)
+        else f"token probes per task ({view}), {folds}-fold CV"
+    )
+    probes = {}
+    for task in tasks:
+        seen = [e for s in ("train", "validation") for t, e in split[s] if t == task]
+        probes[task] = fit_token_probe_cv(
+            seen, folds=folds, cs=cs, windows=windows, max_train_tokens=context_tokens, view=view
+        )
+    per_task = TaskTokenProbes(probes)
+    fit = {name: {"view": view, "folds": folds, "tasks": {t: _choices(p) for t, p in probes.items()}}}
+    scorer: _Scorer = (per_task.scores, 0.0, per_task.gap, split["test"])
+    return {"fit": fit, "results": _span_rows(name, scorer, tasks, n_bootstrap)}
 
 
 def _choices(probe) -> dict[str, Any]:

@@ -230,22 +230,28 @@ def localisation_markdown(rows: Sequence[Mapping[str, Any]], fits: Mapping[str, 
     head = ["scorer", "test", "token AUROC [95% CI]", "span P", "span R", "span F1 [95% CI]", "token F1",
             "answers / tokens"]  # fmt: skip
 
-    def choices(f: Mapping[str, Any]) -> str:
+    def choices(f: Mapping[str, Any], auroc: str = "validation") -> str:
         return (
-            f"C = {f['C']}, validation token AUROC {f['val_token_auroc']:.3f}, window {f['window']}, "
+            f"C = {f['C']}, {auroc} token AUROC {f['val_token_auroc']:.3f}, window {f['window']}, "
             f"smoothing {f['smooth']}, gap {f['gap']}, threshold {f['threshold']:.4g}"
         )
 
+    def by_cv(f: Mapping[str, Any]) -> str:
+        return f" (every choice by {f['folds']}-fold CV over train + validation)" if "folds" in f else ""
+
     chosen = "".join(
-        f"\n- {name}: features {f.get('view', 'mean')}, "
-        + ("; ".join(f"{_name(t)}: {choices(c)}" for t, c in f["tasks"].items()) if "tasks" in f
+        f"\n- {name}: features {f.get('view', 'mean')}{by_cv(f)}, "
+        + ("; ".join(f"{_name(t)}: {choices(c, 'out-of-fold' if 'folds' in f else 'validation')}"
+                     for t, c in f["tasks"].items()) if "tasks" in f
            else choices(f))
         + (f", validation span F1 {f['val_span_f1']:.3f}" if "val_span_f1" in f else "")
         + (" (**the scorer chosen by validation span F1**)" if f.get("chosen") else "")
         + "."
         for name, f in fits.items()
     )  # fmt: skip
-    return _md(head, body) + ("\nChosen on validation:\n" + chosen + "\n" if fits else "")
+    return _md(head, body) + (
+        "\nChosen on validation (or by cross-validation where said):\n" + chosen + "\n" if fits else ""
+    )
 
 
 def cost_markdown(cost: Mapping[str, Any] | None, extract: Mapping[str, Any] | None) -> str:

@@ -86,7 +86,8 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
 
 def run_training(
     ds, records, ext, feature_sets: list[str], out: Path, *, proxy, published: bool = True,
-    toha: bool = False, token_examples: dict | None = None, token_view: str = "mean", **selections,
+    toha: bool = False, token_examples: dict | None = None, token_view: str = "mean", token_cv: int = 0,
+    **selections,
 ) -> str:  # fmt: skip
     """Fit, evaluate and report; returns the Markdown results table printed by the CLI.
 
@@ -95,7 +96,9 @@ def run_training(
     `halluprobe.token_data.TokenExample`), a token probe is fitted with the same protocol, scored
     on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
     with every detector, whose predictions then carry its spans; ``token_view`` names the
-    `halluprobe.token_data.TOKEN_VIEWS` entry those examples were built with.
+    `halluprobe.token_data.TOKEN_VIEWS` entry those examples were built with; ``token_cv`` > 0 makes
+    the token probe's choices by that many folds of group cross-validation over the training and
+    validation answers and fits it on both (`halluprobe.localisation.fit_token_probe_cv`).
     """
     from flashstats_hf import LOGIT_STAT_NAMES
     from halubench_data import text_only_scores
@@ -131,9 +134,10 @@ def run_training(
         from halluprobe.localisation import fit_and_evaluate
 
         clikit.status("fitting the token probe (localisation)")
-        token_probe, span_result = fit_and_evaluate(token_examples, view=token_view)
+        token_probe, span_result = fit_and_evaluate(token_examples, view=token_view, cv_folds=token_cv)
         extra["localisation"] = {
             "C": token_probe.C,
+            "cv_folds": token_cv,
             "val_token_auroc": token_probe.val_auroc,
             **{k: getattr(token_probe, k) for k in ("window", "smooth", "gap", "view")},
             **asdict(span_result),
