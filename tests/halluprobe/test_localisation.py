@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from halluprobe.localisation import (
     TokenExample,
-    _CharIndex,
     char_mask,
     choose_decoding,
     choose_span_threshold,
@@ -22,6 +21,7 @@ from halluprobe.localisation import (
     span_prf,
     token_offsets,
 )
+from halluprobe.spans import _CharIndex
 from halubench_data import Span
 
 # "Ada lives in Rome." as 5 tokens
