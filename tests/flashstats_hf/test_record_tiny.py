@@ -320,3 +320,20 @@ def test_response_start_takes_numpy_and_zero_dim_integers(helpers):
         record_forward(ours, ids, response_start=np.bool_(True), attention_mask=mask)
     with pytest.raises(TypeError, match="integer tensor"):
         record_forward(ours, ids, response_start=np.array([9.0, 9.0]), attention_mask=mask)
+
+
+def test_a_head_dim_over_the_kernels_limit_names_the_layer():
+    """A scored layer whose heads are wider than 256 fails naming the layer, not deep in the kernel."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=320, num_hidden_layers=2,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    ids = torch.randint(0, 101, (1, 12))
+    with torch.no_grad():
+        plain = model(ids).logits  # unscored layers still run (on SDPA)
+        with pytest.raises(ValueError, match=r"layer 1 \(LlamaAttention\) has head dim 320.*up to 256"):
+            record_forward(model, ids, response_start=8, layers=[1])
+    assert torch.isfinite(plain).all()

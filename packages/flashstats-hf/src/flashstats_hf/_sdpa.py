@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from flashstats_kernels import StatsRequest, response_attention
 
 _BASE = StatsRequest(rows=False)
-_KERNEL_MAX_HEAD_DIM = 256
+KERNEL_MAX_HEAD_DIM = 256
 
 
 def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, dropout: float) -> bool:
@@ -22,7 +22,7 @@ def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, drop
     """
     if softcap is None and window is None:
         return False
-    if dropout > 0.0 or query.shape[-1] > _KERNEL_MAX_HEAD_DIM:
+    if dropout > 0.0 or query.shape[-1] > KERNEL_MAX_HEAD_DIM:
         return False
     return not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
 
