@@ -45,6 +45,25 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, umask):
     assert path.read_bytes() == b"bytes"
 
 
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "no-hard-links"])
+def test_a_file_written_by_another_process_meanwhile_is_kept(tmp_path, umask, monkeypatch, links):
+    """No-overwrite is decided when the file is placed, not only before writing starts."""
+    if not links:
+
+        def no_link(src, dst):
+            raise OSError(95, "Operation not supported")
+
+        monkeypatch.setattr(os, "link", no_link)
+    path = tmp_path / "t.txt"
+    with pytest.raises(FileExistsError, match="overwrite"), atomic_path(path, overwrite=False) as tmp:
+        tmp.write_text("ours")
+        path.write_text("theirs")  # another process, after the early check
+    assert path.read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+    assert atomic_write_text(tmp_path / "new.txt", "fresh").read_text() == "fresh"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt", "t.txt"]
+
+
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path, umask):
     path = atomic_write_text(tmp_path / "t.txt", "old")
     with pytest.raises(RuntimeError), atomic_path(path) as tmp:

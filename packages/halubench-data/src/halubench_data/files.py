@@ -41,7 +41,7 @@ def atomic_path(path: str | os.PathLike[str], *, overwrite: bool = True) -> Iter
     """
     path = Path(path)
     if not overwrite and path.exists():
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        raise _exists(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -51,9 +51,28 @@ def atomic_path(path: str | os.PathLike[str], *, overwrite: bool = True) -> Iter
         os.chmod(tmp, default_file_mode())
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _place_new(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` the name ``path`` only if no file has taken it since the early check.
+
+    A hard link fails atomically when ``path`` exists (a check then a rename would replace a file that
+    another process wrote between the two); file systems without hard links get the check and the rename.
+    """
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _exists(path) from None
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if path.exists():
+            raise _exists(path) from None
+        os.replace(tmp, path)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> Path:
@@ -75,3 +94,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: boo
             dataset or report is never replaced by accident).
     """
     return atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite)
+
+
+def _exists(path: Path) -> FileExistsError:
+    return FileExistsError(f"{path} exists; pass overwrite=True (CLI: --overwrite) to replace it")
