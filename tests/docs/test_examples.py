@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,7 +213,9 @@ def test_page_examples(page, tmp_path, monkeypatch):
     if SHARED.is_dir():
         (tmp_path / "shared").symlink_to(SHARED)
     monkeypatch.chdir(work)
-    namespace: dict = {"__name__": "__docs_example__"}
+    page_module = types.ModuleType("__docs_example__")  # a real module, as a user's script is
+    monkeypatch.setitem(sys.modules, page_module.__name__, page_module)  # Dynamo looks functions up there
+    namespace = page_module.__dict__
     missing_data = []
     for block in blocks_of(page, (ROOT / page).read_text()):
         if block.lang not in RUN:
