@@ -108,7 +108,14 @@ def search_tokens(site: Path) -> set[str]:
 
 def test_search_finds_code_names(site):
     tokens = search_tokens(site)
-    missing = {"attnstats", "record_forward", "response_attention", "halluprobe", "graphedrecorder"} - tokens
+    missing = {
+        "attnstats",
+        "record_forward",
+        "response_attention",
+        "halluprobe",
+        "graphedrecorder",
+        "statsrequest",
+    } - tokens
     assert missing == set()
 
 
