@@ -7,15 +7,10 @@ site itself. A synthetic page checks that the checker reports an external script
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlparse
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # (tag, attribute) pairs whose URL the browser fetches when it renders the page
@@ -73,16 +68,6 @@ def test_checker_reports_external_resources():
     ]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out
-
-
 def test_no_page_loads_from_another_host(site):
     pages = sorted(site.rglob("*.html"))
     assert len(pages) > 10
@@ -123,7 +108,14 @@ def search_tokens(site: Path) -> set[str]:
 
 def test_search_finds_code_names(site):
     tokens = search_tokens(site)
-    missing = {"attnstats", "record_forward", "response_attention", "halluprobe", "graphedrecorder"} - tokens
+    missing = {
+        "attnstats",
+        "record_forward",
+        "response_attention",
+        "halluprobe",
+        "graphedrecorder",
+        "statsrequest",
+    } - tokens
     assert missing == set()
 
 
@@ -157,3 +149,69 @@ def test_dataclass_fields_render_in_source_order_statistics_first(site):
         checked.append(owner)
     assert "flashstats_hf.ForwardStats" in checked and len(checked) >= 10
     assert rendered["flashstats_hf.ForwardStats"][:3] == ["rows", "lookups", "columns"]
+
+
+# a "Type" cell of an API page's Parameters/Attributes (second column) or Returns/Yields/Raises (first column)
+_SECTION = re.compile(r'doc-section-title">(\w+):</span></p>\s*<table>(.*?)</table>', re.S)
+_ROW = re.compile(r'<tr class="doc-section-item">(.*?)</tr>', re.S)
+_CELL = re.compile(r"<td>(.*?)</td>", re.S)
+_TYPE_COLUMN = {"Parameters": 1, "Attributes": 1, "Returns": 0, "Yields": 0, "Raises": 0}
+
+
+def section_types(page_html: str) -> list[tuple[str, str]]:
+    """``(section, type text)`` of every row of an API page's typed sections (Parameters, Returns, ...)."""
+    import html
+
+    out = []
+    for section, table in _SECTION.findall(page_html):
+        column = _TYPE_COLUMN.get(section)
+        for row in _ROW.findall(table) if column is not None else ():
+            cells = _CELL.findall(row)
+            if len(cells) > column:
+                out.append((section, html.unescape(re.sub(r"<[^>]+>", "", cells[column])).strip()))
+    return out
+
+
+def bad_types(page_html: str) -> list[tuple[str, str]]:
+    """Type cells that are not a Python expression (a Returns line whose text before a colon is prose)."""
+    import ast
+
+    bad = []
+    for section, text in section_types(page_html):
+        try:
+            ast.parse(text, mode="eval")
+        except SyntaxError:
+            bad.append((section, text))
+    return bad
+
+
+def test_type_checker_reports_prose_and_literals():
+    row = '<tr class="doc-section-item"><td><code>{}</code></td><td><p>d</p></td></tr>'
+    page = (
+        '<p><span class="doc-section-title">Returns:</span></p>\n<table><tbody>'
+        + row.format("tuple[list[int], int]")
+        + row.format("``(input_ids, response_start)``")
+        + row.format("ForwardStats of copies (later calls do not change them")
+        + "</tbody></table>"
+    )
+    assert bad_types(page) == [
+        ("Returns", "``(input_ids, response_start)``"),
+        ("Returns", "ForwardStats of copies (later calls do not change them"),
+    ]
+
+
+def test_api_types_are_python_types(site):
+    pages = sorted((site / "api").rglob("*.html"))
+    typed = [t for p in pages for t in section_types(p.read_text())]
+    assert len(typed) > 200 and {s for s, _ in typed} >= {"Parameters", "Returns", "Raises"}
+    offenders = {str(p.relative_to(site)): bad for p in pages if (bad := bad_types(p.read_text()))}
+    assert offenders == {}
+
+
+def test_inline_code_words_are_kept_whole(site):
+    # docs/hooks/nowrap.py: a word of inline code is one unbreakable span; code blocks are left alone
+    conventions = (site / "guide" / "cli-conventions" / "index.html").read_text()
+    assert '<code><span class="nobr">--no-progress</span></code>' in conventions
+    statistics = (site / "reference" / "statistics" / "index.html").read_text()
+    assert '<span class="nobr">rows.normalized_entropy</span>' in statistics
+    assert not re.search(r"<pre\b(?:(?!</pre>).)*nobr", conventions, re.S)

@@ -174,7 +174,8 @@ def flashstats_attention_forward(
         **kwargs: other arguments from the model (``position_bias`` is delegated to SDPA).
 
     Returns:
-        ``([B, Lq, Hq, D] attention output, None)``: no attention weights are returned.
+        tuple[torch.Tensor, None]: the ``[B, Lq, Hq, D]`` attention output, and None: no attention weights
+        are returned.
     """
     if kwargs.get("s_aux") is not None:
         raise ValueError(

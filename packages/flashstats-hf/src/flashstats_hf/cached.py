@@ -545,7 +545,7 @@ class CachedRecorder:
         """Statistics of the answer tokens so far, as [`flashstats_hf.record_forward`][] returns them.
 
         Returns:
-            ForwardStats of copies (later calls do not change them): rows / lookups ``[B, NL, Hq, A]``,
+            ForwardStats: copies (later calls do not change them); rows / lookups ``[B, NL, Hq, A]``,
             columns ``[B, NL, Hq, L]`` (``L`` tokens so far), logit statistics ``[B, A, V]``, hidden
             states ``[B, NH, A, Dm]``, with ``A`` the answer tokens so far.
         """

@@ -35,7 +35,8 @@ def format_example(
         user_template: format string with ``{context}`` and ``{question}`` for the user turn.
 
     Returns:
-        ``(input_ids, response_start)``: the token ids and the index of the first answer token.
+        tuple[list[int], int]: ``(input_ids, response_start)``, the token ids and the index of the first
+        answer token.
 
     Raises:
         ValueError: if the answer is empty, or the template does not render the answer after its own

@@ -66,7 +66,8 @@ def visible_key_counts(
         device: where the counts live when ``key_mask`` is None.
 
     Returns:
-        ``(n_prompt, n_response)``: [B, R] int64 (B = 1 when ``key_mask`` and ``prompt_len`` are not batched).
+        tuple[torch.Tensor, torch.Tensor]: ``(n_prompt, n_response)``, each ``[B, R] int64`` (B = 1 when
+        ``key_mask`` and ``prompt_len`` are not batched).
         The row's own position counts as a response key when it is at or after ``prompt_len``.
     """
     device = key_mask.device if key_mask is not None else torch.device(device)

@@ -337,8 +337,8 @@ def localisation_runs(
             `VIEW_NAMES`); each gets a probe with its window and decoding searched.
 
     Returns:
-        ``{"fit": {name: choices}, "chosen": name, "n_features": F, "results": [rows: method, task,
-        SpanResult fields]}``.
+        dict[str, Any]: ``{"fit": {name: choices}, "chosen": name, "n_features": F, "results": [rows:
+        method, task, SpanResult fields]}``.
     """
     from halluprobe.localisation import (
         choose_span_threshold,
@@ -453,7 +453,7 @@ def task_cv_run(
         windows: Context windows searched.
 
     Returns:
-        ``{"fit": {name: {"view", "folds", "tasks": {task: choices}}}, "results": [rows]}`` in
+        dict[str, Any]: ``{"fit": {name: {"view", "folds", "tasks": {task: choices}}}, "results": [rows]}`` in
         `localisation_runs`'s row format; ``val_token_auroc`` of each task is its out-of-fold AUROC.
     """
     from halluprobe.localisation import TaskTokenProbes, fit_token_probe_cv

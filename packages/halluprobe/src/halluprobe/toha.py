@@ -25,7 +25,7 @@ def mtopdiv_batched(rows: torch.Tensor, prompt_len: int) -> torch.Tensor:
         prompt_len: Number of prompt keys ``P`` (``1 <= P <= L - R``).
 
     Returns:
-        ``[N] float64`` on ``rows``' device.
+        torch.Tensor: ``[N] float64`` on ``rows``' device.
     """
     n, r, length = rows.shape
     if r < 1 or not 1 <= prompt_len <= length - r:

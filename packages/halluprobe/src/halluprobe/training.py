@@ -75,7 +75,8 @@ def published_scores(records, labels, order, logit_names, toha: bool) -> dict[st
     """Validation and test scores of the published detectors (`fit_published`).
 
     Returns:
-        ``{name: {"validation": [n_val], "test": [n_test]}}``, higher = more likely hallucinated.
+        dict[str, dict[str, np.ndarray]]: ``{name: {"validation": [n_val], "test": [n_test]}}``, higher =
+        more likely hallucinated.
     """
     scorers = fit_published(records, labels, order, logit_names, toha)
     return {

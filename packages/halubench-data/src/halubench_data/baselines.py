@@ -100,7 +100,8 @@ def text_only_scores(ds: Dataset, *, seed: int = 42) -> dict[str, tuple[np.ndarr
     `tfidf_baseline`.
 
     Returns:
-        ``{name: (validation scores [N_val], test scores [N_test])}``, higher = more likely hallucinated.
+        dict[str, tuple[np.ndarray, np.ndarray]]: ``{name: (validation scores [N_val], test scores
+        [N_test])}``, higher = more likely hallucinated.
     """
     _, val, test = _splits(ds)
     v_len = answer_lengths(val).astype(np.float64)

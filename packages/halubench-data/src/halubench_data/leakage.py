@@ -236,7 +236,7 @@ def balance_lengths(lengths: Sequence[int], labels: Sequence[int], *, seed: int 
         seed: seed of the subsampling.
 
     Returns:
-        ``[M] int64``: sorted indices of the kept items.
+        np.ndarray: ``[M] int64``, sorted indices of the kept items.
     """
     ln = np.asarray(lengths)
     y = np.asarray(labels)

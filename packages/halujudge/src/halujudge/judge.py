@@ -184,7 +184,8 @@ class LLMJudge:
             progress: show a progress bar.
 
         Returns:
-            ``[N] float64``: P(True) normalised over True/False; higher = more likely hallucinated.
+            np.ndarray: ``[N] float64``, P(True) normalised over True/False; higher = more likely
+            hallucinated.
         """
         prompts = [self.prompt(e.context, e.question, e.answer) for e in examples]
         digests = [text_hash(p) for p in prompts]
