@@ -44,7 +44,7 @@ FlashAttention variant (``is_flash_attention_requested``) and tries to load it a
 def register_flashstats() -> str:
     """Register the ``"attnstats"`` attention and mask functions with Transformers (idempotent).
 
-    Importing [`flashstats_hf`][] already calls this; afterwards
+    Importing ``flashstats_hf`` already calls this; afterwards
     ``AutoModelForCausalLM.from_pretrained(..., attn_implementation="attnstats")`` and
     ``model.set_attn_implementation("attnstats")`` work.
 
