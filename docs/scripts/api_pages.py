@@ -139,8 +139,8 @@ def page(module: str, intro: str, groups: list[tuple[str, list[str]]]) -> str:
     if set(public_names(module)) - set(listed):
         out += ["## Other public names", ""]
     exclude = "|".join(listed)
-    out += [f"::: {module}", "    options:", "      show_root_heading: false", "      show_root_toc_entry: false"]
-    out += ["      heading_level: 3"]
+    out += [f"::: {module}", "    options:", "      show_root_heading: false"]
+    out += ["      show_root_toc_entry: false", "      heading_level: 3"]
     if listed:
         out += [
             "      show_docstring_description: false",

@@ -215,3 +215,16 @@ def test_inline_code_words_are_kept_whole(site):
     statistics = (site / "reference" / "statistics" / "index.html").read_text()
     assert '<span class="nobr">rows.normalized_entropy</span>' in statistics
     assert not re.search(r"<pre\b(?:(?!</pre>).)*nobr", conventions, re.S)
+
+
+def test_raster_figures_link_to_their_full_size_file(site):
+    # docs/hooks/figure_links.py: a phone shows a 1400 px chart at about 470 px; a tap opens the file
+    pages = sorted(site.rglob("*.html"))
+    figures = [(p, m) for p in pages for m in re.finditer(r'<img\b[^>]*\bsrc="([^"]+\.png)"', p.read_text())]
+    assert len(figures) >= 6  # detection bars and ROC grid, the performance charts
+    for page, m in figures:
+        before = page.read_text()[: m.start()]
+        assert before.endswith(f'<a class="figure-link" href="{m.group(1)}">'), (page, m.group(1))
+        assert (page.parent / m.group(1)).is_file(), (page, m.group(1))
+    svg = (site / "index.html").read_text()
+    assert "passes.svg" in svg and 'href="img/passes.svg"' not in svg  # diagrams stay as they are
