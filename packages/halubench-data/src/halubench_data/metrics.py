@@ -35,8 +35,8 @@ Metric = Literal["f1", "auroc", "precision", "recall"]
 _CHUNK = 4096
 C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
 """Inverse regularisation strengths that every logistic probe and baseline searches, ascending."""
-_Cand = TypeVar("_Cand")
-_Fitted = TypeVar("_Fitted")
+Candidate = TypeVar("Candidate")
+Fitted = TypeVar("Fitted")
 
 
 def _check(scores: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
@@ -144,8 +144,8 @@ def select_threshold(
 
 
 def best_by_validation(
-    candidates: Sequence[_Cand], fit: Callable[[_Cand], tuple[float, _Fitted]], *, tol: float = 0.0
-) -> tuple[_Cand, float, _Fitted]:
+    candidates: Sequence[Candidate], fit: Callable[[Candidate], tuple[float, Fitted]], *, tol: float = 0.0
+) -> tuple[Candidate, float, Fitted]:
     """Fit every candidate in order and keep the one with the highest validation score.
 
     The loop behind every "``C`` by validation AUROC" choice of the project. A later candidate
@@ -163,7 +163,7 @@ def best_by_validation(
     Raises:
         ValueError: when ``candidates`` is empty.
     """
-    best: tuple[_Cand, float, _Fitted] | None = None
+    best: tuple[Candidate, float, Fitted] | None = None
     for cand in candidates:
         score, fitted = fit(cand)
         if best is None or score > best[1] + tol:
