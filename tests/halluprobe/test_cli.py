@@ -95,6 +95,25 @@ def test_graphs_flag_needs_cuda(capsys):
     assert "--graphs replays CUDA graphs and needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["predict", "DET", "--input", "MISSING"], "--input MISSING: no such file"),
+        (["predict", "DET", "--input", "FOLDER"], "--input FOLDER is a folder; expected a file"),
+        (["train", "--a7-selection", "MISSING"], "--a7-selection MISSING: no such file"),
+        (["train", "--l9-selection", "FOLDER"], "--l9-selection FOLDER is a folder; expected a file"),
+        (["extract", "--proxy", "./no/such.gguf"], "--proxy ./no/such.gguf: no such file or folder"),
+    ],
+)
+def test_a_missing_input_file_is_named_by_its_flag(tmp_path, capsys, argv, match):
+    paths = {"DET": str(tmp_path), "MISSING": str(tmp_path / "missing.json"), "FOLDER": str(tmp_path)}
+    argv = [paths.get(a, a) for a in argv]
+    match = match.replace("MISSING", paths["MISSING"]).replace("FOLDER", paths["FOLDER"])
+    assert main([*argv, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1 and "Errno" not in err
+
+
 @pytest.mark.slow
 def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "run"

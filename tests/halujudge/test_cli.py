@@ -94,6 +94,26 @@ def test_parser_reads_the_documented_options(tmp_path):
             ],
             "--select-on applies to --judge with --template auto",
         ),  # fmt: skip
+        (
+            ["evaluate", "--judge", "./no/such.gguf", "--dataset", "default", "--out", "o"],
+            "--judge ./no/such.gguf: no such file or folder",
+        ),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "hhem",
+                "--model",
+                "/no/such/hhem",
+                "--foundation",
+                "/no/t5",
+                "--dataset",
+                "default",
+                "--out",
+                "o",
+            ],
+            "--model /no/such/hhem: no such file or folder",
+        ),  # fmt: skip
     ],
 )
 def test_bad_command_lines_are_refused(argv, message, capsys):

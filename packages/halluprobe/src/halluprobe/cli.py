@@ -232,8 +232,7 @@ def _setup(args):
             raise clikit.UsageError(
                 f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
             )
-    if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
-        raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
+    clikit.check_model_arg(args.proxy, "--proxy")
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     from halubench_data import load
@@ -282,15 +281,6 @@ def load_proxy(load_model, proxy: str | None, device: str):
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
         where = proxy or "the default SmolLM2"
         raise ValueError(f"--proxy {where}: cannot load the model ({type(exc).__name__}: {exc})") from exc
-
-
-def _looks_like_path(name: str) -> bool:
-    """A local path rather than a hub id ``org/name``: absolute, ``./``, ``~``, a file suffix or >1 slash."""
-    return (
-        name.startswith((".", "/", "~"))
-        or name.count("/") > 1
-        or name.endswith((".gguf", ".safetensors", ".bin"))
-    )
 
 
 def _extract_split(ds, ext, cache, split: str, args):
@@ -401,6 +391,7 @@ def _selections(args) -> dict:
     for block in ("A7", "L9"):
         path = getattr(args, f"{block.lower()}_selection", None)
         if path is not None:
+            path = clikit.check_in_file(path, f"--{block.lower()}-selection")
             out[f"{block.lower()}_features"] = Selection.load(path, block).features
     return out
 
@@ -514,7 +505,7 @@ def cmd_predict(args) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
-        read_triples(args.input)
+        read_triples(clikit.check_in_file(args.input, "--input"))
         if args.input
         else ([None], [(args.context, args.question or "", args.answer)])
     )

@@ -68,6 +68,8 @@ __all__ = [
     "add_autotune_arg",
     "add_device_arg",
     "add_json_arg",
+    "check_in_file",
+    "check_model_arg",
     "check_out_dir",
     "check_out_file",
     "deterministic_kernels",
@@ -219,6 +221,40 @@ def resolve_device(name: str | None, flag: str = "--device") -> str:
             f"{flag} {name}: unsupported device type {dev.type!r}; expected auto, cpu, cuda or mps"
         )
     return str(dev)
+
+
+def check_in_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as an input file that exists, or an error naming ``flag`` (exit 2).
+
+    Raises:
+        FileNotFoundError: nothing is at ``path``.
+        IsADirectoryError: ``path`` is a folder.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"{flag} {path} is a folder; expected a file")
+    if not path.exists():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    return path
+
+
+def check_model_arg(name: str | None, flag: str) -> None:
+    """`FileNotFoundError` naming ``flag`` when the model ``name`` is a local path that does not exist.
+
+    A name counts as a path when it is absolute or starts with ``.`` or ``~``, has more than one ``/``
+    or a weights-file suffix (``.gguf``, ``.safetensors``, ``.bin``); a hub id ``org/name`` or an
+    alias (``smollm2``) is left to the loader. Checked before a model or dataset loads, so a typo
+    fails at once.
+    """
+    if name is None or Path(name).expanduser().exists():
+        return
+    looks_like_path = (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or name.endswith((".gguf", ".safetensors", ".bin"))
+    )
+    if looks_like_path:
+        raise FileNotFoundError(f"{flag} {name}: no such file or folder")
 
 
 def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:

@@ -114,6 +114,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise clikit.UsageError(
             "--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)"
         )
+    for flag in ("judge", "model", "foundation"):
+        clikit.check_model_arg(getattr(args, flag), f"--{flag}")
     args.device = clikit.resolve_device(args.device)
     clikit.check_out_dir(args.out)
     from halubench_data import results_table
