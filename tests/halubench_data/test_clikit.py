@@ -219,6 +219,25 @@ def test_no_progress_everywhere_keeps_step_messages(capsys):
             assert sub.parse_args(_required_args(sub) + ["--no-progress"]).no_progress, (module, name)
 
 
+@pytest.mark.parametrize("flags", [[], ["--no-progress"], ["--quiet"]])
+def test_a_librarys_own_progress_bar_follows_quiet_and_no_progress(capsys, flags):
+    from tqdm.auto import tqdm
+
+    def go(args):  # as Transformers converts a GGUF file: a bar we cannot switch off from outside
+        clikit.status("loading")
+        for _ in tqdm(range(3), desc="Converting tensors"):
+            pass
+        for _ in tqdm(range(2), desc="inner", leave=False):
+            pass
+        print("a warning", file=sys.stderr)
+
+    assert clikit.run(_parser(), {"go": go}, ["go", *flags]) == 0
+    err = capsys.readouterr().err
+    assert ("Converting tensors" in err) == (not flags) and ("inner" in err) == (not flags)
+    steps = "" if "--quiet" in flags else "loading\n"
+    assert err.endswith("a warning\n") and (err == steps + "a warning\n") == bool(flags)
+
+
 PIPE_SCRIPT = """
 import sys
 from halubench_data import clikit

@@ -19,7 +19,8 @@ Every command of every CLI follows it; new commands get it by building their par
   JSON document (``--json`` lines for a stream) on stdout via `emit` / `emit_json`, and nothing else:
   while the command runs, anything else printed to stdout goes to stderr. Every document's keys are
   checked against the command's documented schema before it is written.
-- ``--no-progress`` hides progress bars but keeps step messages (`show_progress`).
+- ``--no-progress`` hides progress bars but keeps step messages (`show_progress`); with it or
+  ``--quiet``, a library's own bars (Transformers' GGUF conversion) are dropped from stderr too.
 - A reader that closes the pipe early (``halubench-data stats x | head -1``) ends the command
   quietly with status 141 (128 + SIGPIPE, as a Unix tool killed by SIGPIPE), with no traceback.
 
@@ -479,8 +480,11 @@ def run(
         json=as_json, schema=getattr(args, "json_schema", None) if as_json else None, stdout=stdout,
     )  # fmt: skip
     try:
-        # with --json, stdout carries the document alone: anything else printed goes to stderr
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with contextlib.ExitStack() as streams:
+            if not show_progress():  # a library's own bar (Transformers' GGUF conversion) is hidden too
+                streams.enter_context(contextlib.redirect_stderr(_WithoutBars(sys.stderr)))
+            if as_json:  # stdout carries the document alone: anything else printed goes to stderr
+                streams.enter_context(contextlib.redirect_stdout(sys.stderr))
             code = fn(args)
         stdout.flush()  # inside the try: a reader that went away shows up here
     except KeyboardInterrupt:
@@ -497,6 +501,30 @@ def run(
     finally:
         _STATE.update(quiet=False, progress=True, json=False, schema=None, stdout=None)
     return EXIT_OK if code is None else int(code)
+
+
+class _WithoutBars:
+    r"""A text stream that drops progress-bar frames and passes everything else on to ``stream``.
+
+    tqdm draws each frame as a write that starts with a carriage return (``"\r 40%|####  |"``), or
+    moves the cursor up (``"\x1b[A"``) for a nested bar, and ends the bar with a lone newline; a
+    library's bar cannot be switched off from outside, so with ``--quiet`` or ``--no-progress`` `run`
+    sends stderr through this filter. Messages and warnings pass unchanged.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._in_bar = False
+
+    def write(self, text: str) -> int:
+        if text.startswith(("\r", "\x1b[A")) or (self._in_bar and not text.strip()):
+            self._in_bar = True
+            return len(text)
+        self._in_bar = False
+        return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
+        return getattr(self._stream, name)
 
 
 def _reader_gone(stream: Any) -> bool:
