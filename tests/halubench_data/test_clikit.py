@@ -110,6 +110,26 @@ def test_every_cli_has_version_quiet_debug_and_device_default(module):
 @pytest.mark.parametrize(
     ("module", "argv"),
     [
+        ("halluprobe.cli", ["extract", "--device", "cpu"]),
+        ("halujudge.cli", ["evaluate", "--judge", "x", "--device", "cpu"]),
+    ],
+)
+def test_limit_reads_the_same_in_every_cli(module, argv, tmp_path, capsys):
+    main = __import__(module, fromlist=["main"]).main
+    argv = [*argv, "--out", str(tmp_path / "out"), "--dataset", str(tmp_path / "missing.jsonl")]
+    for limit, match in [
+        ("all", "missing.jsonl': no such file"),  # accepted: the next check is the dataset's
+        ("1", "--limit must be at least 2 examples per split (or 'all'), got 1"),
+        ("lots", "--limit expects a number of examples per split or 'all', got 'lots'"),
+    ]:
+        assert main([*argv, "--limit", limit]) == 2
+        err = capsys.readouterr().err
+        assert match in err and len(err.splitlines()) == 1, (limit, err)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
         ("halluprobe.cli", ["predict", "nowhere", "--context", "c", "--answer", "a", "--device", "garbage"]),
         ("halluprobe.cli", ["extract", "--device", "nonsense", "--out", "unused"]),
         ("halujudge.cli", ["evaluate", "--judge", "x", "--dataset", "d", "--out", "o", "--device", "zz"]),

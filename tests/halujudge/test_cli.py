@@ -16,7 +16,7 @@ def test_parser_reads_the_documented_options(tmp_path):
     assert (args.judge, args.template, args.limit, args.batch_size, args.device) == (
         "smollm2",
         "claims",
-        5,
+        "5",
         2,
         "cuda",
     )
@@ -35,11 +35,15 @@ def test_parser_reads_the_documented_options(tmp_path):
         ),
         (
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "0"],
-            "--limit must be a positive",
+            "--limit must be at least 2 examples per split (or 'all'), got 0",
         ),
         (
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "1"],
             "--limit must be at least 2",
+        ),
+        (
+            ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "lots"],
+            "--limit expects a number of examples per split or 'all', got 'lots'",
         ),
         (["evaluate", "--judge", "j", "--model", "m", "--dataset", "d", "--out", "o"], "--model applies to"),
         (

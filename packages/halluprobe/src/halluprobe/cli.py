@@ -201,19 +201,15 @@ def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ..
     return tuple(sorted({i for first, last in bounds for i in range(first, last + 1)}))
 
 
-def parse_limit(text: str | int | None, dataset: str) -> int | None:
-    """``--limit`` as a number of examples per split, or ``None`` for no limit."""
-    if text is None or text == "all":
-        return None
+def parse_limit(text: str | None, dataset: str) -> int | None:
+    """``--limit`` as a number of examples per split, or ``None`` for no limit.
+
+    ``auto`` is `DEFAULT_TRAIN_LIMIT` on the default dataset and no limit otherwise; a number or ``all``
+    as every CLI reads it (`halubench_data.clikit.parse_limit`).
+    """
     if text == "auto":
         return DEFAULT_TRAIN_LIMIT if dataset == "default" else None
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise ValueError(f"--limit expects a number, 'auto' or 'all', got {text!r}") from exc
-    if value < 2:
-        raise ValueError(f"--limit must be at least 2 examples per split (or 'all'), got {value}")
-    return value
+    return clikit.parse_limit(text)
 
 
 def _setup(args):

@@ -80,6 +80,7 @@ __all__ = [
     "json_ready",
     "make_parser",
     "one_line",
+    "parse_limit",
     "quiet_transformers",
     "resolve_device",
     "run",
@@ -291,6 +292,26 @@ def _check_creatable(path: Path, folder: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {probe} is not writable")
+
+
+def parse_limit(text: str | None, flag: str = "--limit") -> int | None:
+    """``--limit`` of the commands that read a dataset: examples per split (at least 2), ``None`` for all.
+
+    Accepts a number or ``all`` (and ``None``, the option's absence); a split needs an example of each
+    label, so fewer than 2 is refused.
+
+    Raises:
+        UsageError: naming ``flag``.
+    """
+    if text is None or text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{flag} expects a number of examples per split or 'all', got {text!r}") from None
+    if value < 2:
+        raise UsageError(f"{flag} must be at least 2 examples per split (or 'all'), got {value}")
+    return value
 
 
 def check_labels(data: Any, flag: str, spec: str, needs: Mapping[str, Sequence[int]], command: str) -> None:
