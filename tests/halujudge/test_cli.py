@@ -207,3 +207,14 @@ def test_a_split_that_cannot_be_scored_fails_before_the_judge_loads(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_judge_that_cannot_load_is_named_by_its_flag(tmp_path, capsys):
+    fake = tmp_path / "judge.gguf"
+    fake.write_bytes(b"not a gguf file\n")
+    out = tmp_path / "out"
+    argv = ["evaluate", "--judge", str(fake), "--dataset", "default", "--limit", "4", "--out", str(out)]
+    assert main([*argv, "--device", "cpu", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"halujudge evaluate: error: --judge {fake}: cannot load the model (ValueError: ")
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -269,14 +269,8 @@ def _check_sizes(args) -> None:
 
 def load_proxy(load_model, proxy: str | None, device: str):
     """``load_model(proxy)`` with a named ``--proxy`` error for a missing folder or unloadable weights."""
-    import pickle
-
-    clikit.quiet_transformers()
-    try:
+    with clikit.loading_model("--proxy", proxy or "the default SmolLM2"):
         return load_model(proxy, device=device)
-    except (OSError, ValueError, pickle.UnpicklingError) as exc:
-        where = proxy or "the default SmolLM2"
-        raise ValueError(f"--proxy {where}: cannot load the model ({type(exc).__name__}: {exc})") from exc
 
 
 def _extract_split(ds, ext, cache, split: str, args):

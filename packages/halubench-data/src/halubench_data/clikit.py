@@ -51,7 +51,7 @@ import os
 import select
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
@@ -78,6 +78,7 @@ __all__ = [
     "emit_json",
     "is_quiet",
     "json_ready",
+    "loading_model",
     "make_parser",
     "one_line",
     "parse_limit",
@@ -257,6 +258,23 @@ def check_model_arg(name: str | None, flag: str) -> None:
     )
     if looks_like_path:
         raise FileNotFoundError(f"{flag} {name}: no such file or folder")
+
+
+@contextlib.contextmanager
+def loading_model(flag: str, name: str) -> Iterator[None]:
+    """Turn an error while loading the model that ``flag`` names into bad input (exit 2) naming it.
+
+    Missing or unreadable weights (``OSError``, a ``ValueError`` from the loader, weights that torch
+    refuses to unpickle) become ``ValueError("FLAG NAME: cannot load the model (Type: message)")``.
+    Progress bars follow ``--quiet`` / ``--no-progress`` (`quiet_transformers`).
+    """
+    import pickle
+
+    quiet_transformers()
+    try:
+        yield
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"{flag} {name}: cannot load the model ({type(exc).__name__}: {exc})") from exc
 
 
 def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
