@@ -55,6 +55,12 @@ def test_exit_status_and_one_line_error(exc, code, capsys):
     assert "Traceback" not in err and clikit.one_line(exc) in lines[1]
 
 
+def test_ctrl_c_ends_with_130_and_one_line(capsys):
+    assert clikit.run(_parser(), _commands(_raise(KeyboardInterrupt())), ["go", "--quiet"]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "demo go: interrupted\n"
+
+
 def test_debug_prints_the_traceback_with_the_same_status(capsys):
     assert clikit.run(_parser(), _commands(_raise(ValueError("bad"))), ["--debug", "go"]) == 2
     assert "Traceback" in capsys.readouterr().err
