@@ -114,6 +114,23 @@ def test_a_missing_input_file_is_named_by_its_flag(tmp_path, capsys, argv, match
     assert match in err and len(err.strip().splitlines()) == 1 and "Errno" not in err
 
 
+def test_predict_refuses_a_batch_size_it_would_ignore(tmp_path, capsys):
+    argv = [
+        "predict",
+        str(tmp_path),
+        "--context",
+        "c",
+        "--answer",
+        "a",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 2
+    assert "--batch-size applies to --input only" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "run"

@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loaded once and the answers scored in batches",
     )  # fmt: skip
     p.add_argument(
-        "--batch-size", type=int, default=8, help="answers per proxy forward with --input (default 8)"
+        "--batch-size", type=int, default=None, help="answers per proxy forward with --input (default 8)"
     )
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
@@ -485,6 +485,9 @@ def cmd_predict(args) -> int:
                 raise clikit.UsageError(f"--{flag} does not apply with --input (each line gives its own)")
     elif args.context is None or args.answer is None:
         raise clikit.UsageError("give either --context and --answer, or --input FILE")
+    elif args.batch_size is not None:  # one answer is one forward; never ignore the flag
+        raise clikit.UsageError("--batch-size applies to --input only (one answer is one forward)")
+    args.batch_size = 8 if args.batch_size is None else args.batch_size
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.answer is not None and not args.answer.strip():
