@@ -66,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
-    b.add_argument("--n-contexts", type=int, default=None, help="default: number of contexts (default 100)")
+    b.add_argument(
+        "--n-contexts",
+        type=int,
+        default=None,
+        help="the 'default' builder only: number of synthetic contexts, even (default 100)",
+    )
     clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     s.add_argument("spec", help=SPEC_HELP)

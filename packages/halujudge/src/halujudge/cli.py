@@ -74,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
     clikit.add_device_arg(ev)
-    ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")
+    ev.add_argument(
+        "--n-bootstrap", type=int, default=10_000, metavar="B",
+        help="group-bootstrap resamples of the test intervals (default 10000)",
+    )  # fmt: skip
     clikit.add_json_arg(ev, JSON_EVALUATE)
     return parser
 
