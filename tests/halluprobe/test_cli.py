@@ -168,9 +168,14 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     assert len(list((out / "cache").glob("shard-*"))) > len(shards)
 
 
-def test_evaluate_refuses_graphs_rather_than_ignoring_it(tmp_path, capsys):
-    assert main(["evaluate", str(tmp_path), "--graphs", "--device", "cpu", "--limit", "4"]) == 2
-    assert "--graphs is not supported by evaluate" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", [["--graphs"], ["--proxy", "p"], ["--layers", "0-3"]])
+def test_evaluate_has_no_proxy_options_that_it_would_refuse_or_ignore(tmp_path, capsys, flag):
+    evaluate = build_parser()._subparsers._group_actions[0].choices["evaluate"]  # noqa: SLF001
+    assert flag[0] not in {opt for action in evaluate._actions for opt in action.option_strings}  # noqa: SLF001
+    with pytest.raises(SystemExit) as ex:
+        main(["evaluate", str(tmp_path), *flag, "--device", "cpu", "--limit", "4"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and f"unrecognized arguments: {' '.join(flag)}" in err
 
 
 def _one_label_validation(path):

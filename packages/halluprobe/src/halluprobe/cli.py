@@ -29,7 +29,12 @@ DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
+def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
+    """Dataset, device and batching options; ``proxy``: also --proxy, --layers and --graphs.
+
+    ``evaluate`` has no proxy options: its saved detector fixes the proxy and layers and runs eager
+    batches, so they would only be refused.
+    """
     p.add_argument(
         "--dataset",
         default="default",
@@ -43,23 +48,25 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_TRAIN_LIMIT} per split on the default dataset (its full validation and test "
         "splits, a train subsample; under 10 minutes on 2 CPU cores), all examples otherwise",
     )
-    p.add_argument(
-        "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
-    )
+    if proxy:
+        p.add_argument(
+            "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
+        )
+        p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
-    p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
     p.add_argument(
         "--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET,
         help="most tokens per proxy forward: examples sorted by length are packed up to it (a longer "
         f"example runs alone; default {DEFAULT_TOKEN_BUDGET})",
     )  # fmt: skip
-    p.add_argument(
-        "--graphs", action="store_true",
-        help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 answer "
-        "tokens) instead of eager batches; same records, less host time",
-    )  # fmt: skip
+    if proxy:
+        p.add_argument(
+            "--graphs", action="store_true",
+            help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 "
+            "answer tokens) instead of eager batches; same records, less host time",
+        )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,8 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
         clikit.add_json_arg(p, schemas.SELECT)
-    p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
-    _add_data_args(p)
+    p = sub.add_parser(
+        "evaluate", help="score a dataset split with a saved detector",
+        description="Score a dataset split with a saved detector at its threshold. The detector fixes "
+        "the proxy and the layers (no --proxy, --layers or --graphs).",
+    )  # fmt: skip
+    _add_data_args(p, proxy=False)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
     p.add_argument(
         "--split",
@@ -429,13 +440,6 @@ def cmd_evaluate(args) -> int:
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
-    for flag, value in (("--layers", args.layers), ("--proxy", args.proxy)):
-        if value is not None:
-            raise clikit.UsageError(
-                f"{flag} does not apply to evaluate: the detector fixes its proxy and layers"
-            )
-    if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
-        raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
     _check_sizes(args)
     clikit.check_out_dir(args.out)
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
