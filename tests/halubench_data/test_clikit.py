@@ -331,6 +331,25 @@ def test_no_progress_turns_off_transformers_bars_too():
     assert seen == [True, False]
 
 
+def test_quiet_silences_the_hub_clients_retry_warnings_too():
+    import logging
+
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub = hub_logging.get_logger("huggingface_hub")
+    before = hub.level
+    hub.setLevel(logging.WARNING)  # an earlier --quiet test in the process may have raised it
+    try:
+        assert (
+            clikit.run(_parser(), {"go": lambda a: clikit.quiet_transformers()}, ["go", "--no-progress"]) == 0
+        )
+        assert hub.getEffectiveLevel() == logging.WARNING  # --no-progress keeps warnings
+        assert clikit.run(_parser(), {"go": lambda a: clikit.quiet_transformers()}, ["go", "--quiet"]) == 0
+        assert hub.getEffectiveLevel() == logging.ERROR
+    finally:
+        hub.setLevel(before)
+
+
 def test_deterministic_kernels_turns_on_torchs_flag_for_cuda_only(monkeypatch):
     """A CUDA run of a CLI pins the kernels' configs through torch's flag; CPU runs and --autotune do not."""
     import argparse

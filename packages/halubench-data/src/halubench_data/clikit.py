@@ -370,18 +370,21 @@ def show_progress() -> bool:
 def quiet_transformers() -> None:
     """Turn Transformers' progress bars off when ours are (``--quiet``, ``--no-progress``).
 
-    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too. Call it
-    before a model loads; nothing happens when Transformers is not installed.
+    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too, and those of
+    the Hugging Face hub client (a retry warning per second while a hub id is fetched without network).
+    Call it before a model loads; nothing happens when Transformers is not installed.
     """
     if show_progress():
         return
     try:
+        from huggingface_hub.utils import logging as hub_logging
         from transformers.utils import logging as hf_logging
     except ImportError:
         return
     hf_logging.disable_progress_bar()
     if is_quiet():
         hf_logging.set_verbosity_error()
+        hub_logging.set_verbosity_error()
 
 
 def status(message: str) -> None:
