@@ -83,6 +83,16 @@ def test_argparse_errors_are_one_line_exit_2(capsys):
     assert ex.value.code == 2 and len(err.strip().splitlines()) == 1 and "--n" in err
 
 
+def test_an_unknown_option_is_named_with_its_command(capsys):
+    with pytest.raises(SystemExit) as ex:
+        clikit.run(_parser(), _commands(lambda a: 0), ["go", "--bogus", "1"])
+    err = capsys.readouterr().err
+    assert (
+        ex.value.code == 2
+        and err == "demo go: error: unrecognized arguments: --bogus 1 (see demo go --help)\n"
+    )
+
+
 @pytest.mark.parametrize("name", ["garbage", "cuda:x", "tpu", "meta"])
 def test_unknown_device_is_a_usage_error(name):
     with pytest.raises(clikit.UsageError, match="--device"):

@@ -509,9 +509,11 @@ def run(
     """
     stdout = sys.stdout
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except BrokenPipeError:  # --help | head
         return _broken_pipe(stdout)
+    if extra:  # reported by the command's parser, so the message names the command (`prog cmd: error:`)
+        _command_parser(parser, getattr(args, dest, None)).error(f"unrecognized arguments: {' '.join(extra)}")
     debug = bool(getattr(args, "debug", False))
     name = getattr(args, dest, None) if isinstance(commands, Mapping) else None
     prog = f"{parser.prog} {name}" if name else parser.prog
@@ -543,6 +545,14 @@ def run(
     finally:
         _STATE.update(quiet=False, progress=True, json=False, schema=None, stdout=None)
     return EXIT_OK if code is None else int(code)
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The subparser of the command ``name`` (``parser`` itself for a CLI without commands)."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:  # noqa: SLF001
+            return action.choices[name]
+    return parser
 
 
 class _WithoutBars:
