@@ -95,6 +95,42 @@ def test_graphs_flag_needs_cuda(capsys):
     assert "--graphs replays CUDA graphs and needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["predict", "DET", "--input", "MISSING"], "--input MISSING: no such file"),
+        (["predict", "DET", "--input", "FOLDER"], "--input FOLDER is a folder; expected a file"),
+        (["train", "--a7-selection", "MISSING"], "--a7-selection MISSING: no such file"),
+        (["train", "--l9-selection", "FOLDER"], "--l9-selection FOLDER is a folder; expected a file"),
+        (["extract", "--proxy", "./no/such.gguf"], "--proxy ./no/such.gguf: no such file or folder"),
+    ],
+)
+def test_a_missing_input_file_is_named_by_its_flag(tmp_path, capsys, argv, match):
+    paths = {"DET": str(tmp_path), "MISSING": str(tmp_path / "missing.json"), "FOLDER": str(tmp_path)}
+    argv = [paths.get(a, a) for a in argv]
+    match = match.replace("MISSING", paths["MISSING"]).replace("FOLDER", paths["FOLDER"])
+    assert main([*argv, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1 and "Errno" not in err
+
+
+def test_predict_refuses_a_batch_size_it_would_ignore(tmp_path, capsys):
+    argv = [
+        "predict",
+        str(tmp_path),
+        "--context",
+        "c",
+        "--answer",
+        "a",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 2
+    assert "--batch-size applies to --input only" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "run"
@@ -132,9 +168,14 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     assert len(list((out / "cache").glob("shard-*"))) > len(shards)
 
 
-def test_evaluate_refuses_graphs_rather_than_ignoring_it(tmp_path, capsys):
-    assert main(["evaluate", str(tmp_path), "--graphs", "--device", "cpu", "--limit", "4"]) == 2
-    assert "--graphs is not supported by evaluate" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", [["--graphs"], ["--proxy", "p"], ["--layers", "0-3"]])
+def test_evaluate_has_no_proxy_options_that_it_would_refuse_or_ignore(tmp_path, capsys, flag):
+    evaluate = build_parser()._subparsers._group_actions[0].choices["evaluate"]  # noqa: SLF001
+    assert flag[0] not in {opt for action in evaluate._actions for opt in action.option_strings}  # noqa: SLF001
+    with pytest.raises(SystemExit) as ex:
+        main(["evaluate", str(tmp_path), *flag, "--device", "cpu", "--limit", "4"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and f"unrecognized arguments: {' '.join(flag)}" in err
 
 
 def _one_label_validation(path):

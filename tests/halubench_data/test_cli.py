@@ -134,3 +134,32 @@ def test_build_refuses_a_builder_flag_it_would_ignore(tmp_path, capsys, flags, m
     out = tmp_path / "x.jsonl"
     assert main(["build", spec, "--out", str(out), *flags]) == 2
     assert match in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["stats", "baselines", "build"])
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("EMPTY", "EMPTY holds no examples"),
+        ("faithbench:BAD", "faithbench:BAD: the builder kept no examples"),
+    ],
+)
+def test_a_dataset_without_examples_is_bad_input_not_a_table_of_zeros(tmp_path, capsys, command, spec, match):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    paths = {"EMPTY": str(tmp_path / "empty.jsonl"), "BAD": str(tmp_path / "bad.jsonl")}
+    for key, path in paths.items():
+        spec, match = spec.replace(key, path), match.replace(key, path)
+    out = tmp_path / "out.jsonl"
+    extra = ["--out", str(out)] if command == "build" else []
+    assert main([command, spec, *extra, "--json"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and match in printed.err and not out.exists()
+    if spec.startswith("faithbench:"):  # the builder's load report says what it dropped, on stderr
+        assert "bad.jsonl:1: field '<json>': malformed JSON" in printed.err
+
+
+def test_build_to_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    assert main(["build", "default", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path} is a folder; expected a file path" in err and "--overwrite" not in err

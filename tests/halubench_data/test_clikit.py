@@ -55,6 +55,12 @@ def test_exit_status_and_one_line_error(exc, code, capsys):
     assert "Traceback" not in err and clikit.one_line(exc) in lines[1]
 
 
+def test_ctrl_c_ends_with_130_and_one_line(capsys):
+    assert clikit.run(_parser(), _commands(_raise(KeyboardInterrupt())), ["go", "--quiet"]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "demo go: interrupted\n"
+
+
 def test_debug_prints_the_traceback_with_the_same_status(capsys):
     assert clikit.run(_parser(), _commands(_raise(ValueError("bad"))), ["--debug", "go"]) == 2
     assert "Traceback" in capsys.readouterr().err
@@ -75,6 +81,16 @@ def test_argparse_errors_are_one_line_exit_2(capsys):
         clikit.run(_parser(), _commands(lambda a: 0), ["go", "--n", "x"])
     err = capsys.readouterr().err
     assert ex.value.code == 2 and len(err.strip().splitlines()) == 1 and "--n" in err
+
+
+def test_an_unknown_option_is_named_with_its_command(capsys):
+    with pytest.raises(SystemExit) as ex:
+        clikit.run(_parser(), _commands(lambda a: 0), ["go", "--bogus", "1"])
+    err = capsys.readouterr().err
+    assert (
+        ex.value.code == 2
+        and err == "demo go: error: unrecognized arguments: --bogus 1 (see demo go --help)\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["garbage", "cuda:x", "tpu", "meta"])
@@ -105,6 +121,26 @@ def test_every_cli_has_version_quiet_debug_and_device_default(module):
         if "--device" in a.option_strings
     ]
     assert set(devices) <= {"auto"}
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("halluprobe.cli", ["extract", "--device", "cpu"]),
+        ("halujudge.cli", ["evaluate", "--judge", "x", "--device", "cpu"]),
+    ],
+)
+def test_limit_reads_the_same_in_every_cli(module, argv, tmp_path, capsys):
+    main = __import__(module, fromlist=["main"]).main
+    argv = [*argv, "--out", str(tmp_path / "out"), "--dataset", str(tmp_path / "missing.jsonl")]
+    for limit, match in [
+        ("all", "missing.jsonl': no such file"),  # accepted: the next check is the dataset's
+        ("1", "--limit must be at least 2 examples per split (or 'all'), got 1"),
+        ("lots", "--limit expects a number of examples per split or 'all', got 'lots'"),
+    ]:
+        assert main([*argv, "--limit", limit]) == 2
+        err = capsys.readouterr().err
+        assert match in err and len(err.splitlines()) == 1, (limit, err)
 
 
 @pytest.mark.parametrize(
@@ -219,6 +255,25 @@ def test_no_progress_everywhere_keeps_step_messages(capsys):
             assert sub.parse_args(_required_args(sub) + ["--no-progress"]).no_progress, (module, name)
 
 
+@pytest.mark.parametrize("flags", [[], ["--no-progress"], ["--quiet"]])
+def test_a_librarys_own_progress_bar_follows_quiet_and_no_progress(capsys, flags):
+    from tqdm.auto import tqdm
+
+    def go(args):  # as Transformers converts a GGUF file: a bar we cannot switch off from outside
+        clikit.status("loading")
+        for _ in tqdm(range(3), desc="Converting tensors"):
+            pass
+        for _ in tqdm(range(2), desc="inner", leave=False):
+            pass
+        print("a warning", file=sys.stderr)
+
+    assert clikit.run(_parser(), {"go": go}, ["go", *flags]) == 0
+    err = capsys.readouterr().err
+    assert ("Converting tensors" in err) == (not flags) and ("inner" in err) == (not flags)
+    steps = "" if "--quiet" in flags else "loading\n"
+    assert err.endswith("a warning\n") and (err == steps + "a warning\n") == bool(flags)
+
+
 PIPE_SCRIPT = """
 import sys
 from halubench_data import clikit
@@ -284,6 +339,25 @@ def test_no_progress_turns_off_transformers_bars_too():
     finally:
         hf_logging.enable_progress_bar()
     assert seen == [True, False]
+
+
+def test_quiet_silences_the_hub_clients_retry_warnings_too():
+    import logging
+
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub = hub_logging.get_logger("huggingface_hub")
+    before = hub.level
+    hub.setLevel(logging.WARNING)  # an earlier --quiet test in the process may have raised it
+    try:
+        assert (
+            clikit.run(_parser(), {"go": lambda a: clikit.quiet_transformers()}, ["go", "--no-progress"]) == 0
+        )
+        assert hub.getEffectiveLevel() == logging.WARNING  # --no-progress keeps warnings
+        assert clikit.run(_parser(), {"go": lambda a: clikit.quiet_transformers()}, ["go", "--quiet"]) == 0
+        assert hub.getEffectiveLevel() == logging.ERROR
+    finally:
+        hub.setLevel(before)
 
 
 def test_deterministic_kernels_turns_on_torchs_flag_for_cuda_only(monkeypatch):

@@ -16,7 +16,7 @@ def test_parser_reads_the_documented_options(tmp_path):
     assert (args.judge, args.template, args.limit, args.batch_size, args.device) == (
         "smollm2",
         "claims",
-        5,
+        "5",
         2,
         "cuda",
     )
@@ -35,11 +35,15 @@ def test_parser_reads_the_documented_options(tmp_path):
         ),
         (
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "0"],
-            "--limit must be a positive",
+            "--limit must be at least 2 examples per split (or 'all'), got 0",
         ),
         (
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "1"],
             "--limit must be at least 2",
+        ),
+        (
+            ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "lots"],
+            "--limit expects a number of examples per split or 'all', got 'lots'",
         ),
         (["evaluate", "--judge", "j", "--model", "m", "--dataset", "d", "--out", "o"], "--model applies to"),
         (
@@ -93,6 +97,26 @@ def test_parser_reads_the_documented_options(tmp_path):
                 "o",
             ],
             "--select-on applies to --judge with --template auto",
+        ),  # fmt: skip
+        (
+            ["evaluate", "--judge", "./no/such.gguf", "--dataset", "default", "--out", "o"],
+            "--judge ./no/such.gguf: no such file or folder",
+        ),
+        (
+            [
+                "evaluate",
+                "--checker",
+                "hhem",
+                "--model",
+                "/no/such/hhem",
+                "--foundation",
+                "/no/t5",
+                "--dataset",
+                "default",
+                "--out",
+                "o",
+            ],
+            "--model /no/such/hhem: no such file or folder",
         ),  # fmt: skip
     ],
 )
@@ -183,3 +207,14 @@ def test_a_split_that_cannot_be_scored_fails_before_the_judge_loads(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_judge_that_cannot_load_is_named_by_its_flag(tmp_path, capsys):
+    fake = tmp_path / "judge.gguf"
+    fake.write_bytes(b"not a gguf file\n")
+    out = tmp_path / "out"
+    argv = ["evaluate", "--judge", str(fake), "--dataset", "default", "--limit", "4", "--out", str(out)]
+    assert main([*argv, "--device", "cpu", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"halujudge evaluate: error: --judge {fake}: cannot load the model (ValueError: ")
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -29,7 +29,12 @@ DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
+def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
+    """Dataset, device and batching options; ``proxy``: also --proxy, --layers and --graphs.
+
+    ``evaluate`` has no proxy options: its saved detector fixes the proxy and layers and runs eager
+    batches, so they would only be refused.
+    """
     p.add_argument(
         "--dataset",
         default="default",
@@ -43,23 +48,25 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_TRAIN_LIMIT} per split on the default dataset (its full validation and test "
         "splits, a train subsample; under 10 minutes on 2 CPU cores), all examples otherwise",
     )
-    p.add_argument(
-        "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
-    )
+    if proxy:
+        p.add_argument(
+            "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
+        )
+        p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
-    p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
     p.add_argument(
         "--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET,
         help="most tokens per proxy forward: examples sorted by length are packed up to it (a longer "
         f"example runs alone; default {DEFAULT_TOKEN_BUDGET})",
     )  # fmt: skip
-    p.add_argument(
-        "--graphs", action="store_true",
-        help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 answer "
-        "tokens) instead of eager batches; same records, less host time",
-    )  # fmt: skip
+    if proxy:
+        p.add_argument(
+            "--graphs", action="store_true",
+            help="CUDA only: replay each example's forward from a CUDA graph (buckets of 128 tokens / 64 "
+            "answer tokens) instead of eager batches; same records, less host time",
+        )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,8 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         p.add_argument("--n-features", type=int, default=n, help=f"features kept (default {n})")
         clikit.add_json_arg(p, schemas.SELECT)
-    p = sub.add_parser("evaluate", help="score a dataset split with a saved detector")
-    _add_data_args(p)
+    p = sub.add_parser(
+        "evaluate", help="score a dataset split with a saved detector",
+        description="Score a dataset split with a saved detector at its threshold. The detector fixes "
+        "the proxy and the layers (no --proxy, --layers or --graphs).",
+    )  # fmt: skip
+    _add_data_args(p, proxy=False)
     p.add_argument("detector", help="folder of a saved detector (e.g. runs/default/detectors/A7H64)")
     p.add_argument(
         "--split",
@@ -159,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loaded once and the answers scored in batches",
     )  # fmt: skip
     p.add_argument(
-        "--batch-size", type=int, default=8, help="answers per proxy forward with --input (default 8)"
+        "--batch-size", type=int, default=None, help="answers per proxy forward with --input (default 8)"
     )
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
@@ -201,19 +212,15 @@ def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ..
     return tuple(sorted({i for first, last in bounds for i in range(first, last + 1)}))
 
 
-def parse_limit(text: str | int | None, dataset: str) -> int | None:
-    """``--limit`` as a number of examples per split, or ``None`` for no limit."""
-    if text is None or text == "all":
-        return None
+def parse_limit(text: str | None, dataset: str) -> int | None:
+    """``--limit`` as a number of examples per split, or ``None`` for no limit.
+
+    ``auto`` is `DEFAULT_TRAIN_LIMIT` on the default dataset and no limit otherwise; a number or ``all``
+    as every CLI reads it (`halubench_data.clikit.parse_limit`).
+    """
     if text == "auto":
         return DEFAULT_TRAIN_LIMIT if dataset == "default" else None
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise ValueError(f"--limit expects a number, 'auto' or 'all', got {text!r}") from exc
-    if value < 2:
-        raise ValueError(f"--limit must be at least 2 examples per split (or 'all'), got {value}")
-    return value
+    return clikit.parse_limit(text)
 
 
 def _setup(args):
@@ -232,8 +239,7 @@ def _setup(args):
             raise clikit.UsageError(
                 f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
             )
-    if args.proxy is not None and not Path(args.proxy).exists() and _looks_like_path(args.proxy):
-        raise FileNotFoundError(f"--proxy {args.proxy}: no such file or folder")
+    clikit.check_model_arg(args.proxy, "--proxy")
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     from halubench_data import load
@@ -274,23 +280,8 @@ def _check_sizes(args) -> None:
 
 def load_proxy(load_model, proxy: str | None, device: str):
     """``load_model(proxy)`` with a named ``--proxy`` error for a missing folder or unloadable weights."""
-    import pickle
-
-    clikit.quiet_transformers()
-    try:
+    with clikit.loading_model("--proxy", proxy or "the default SmolLM2"):
         return load_model(proxy, device=device)
-    except (OSError, ValueError, pickle.UnpicklingError) as exc:
-        where = proxy or "the default SmolLM2"
-        raise ValueError(f"--proxy {where}: cannot load the model ({type(exc).__name__}: {exc})") from exc
-
-
-def _looks_like_path(name: str) -> bool:
-    """A local path rather than a hub id ``org/name``: absolute, ``./``, ``~``, a file suffix or >1 slash."""
-    return (
-        name.startswith((".", "/", "~"))
-        or name.count("/") > 1
-        or name.endswith((".gguf", ".safetensors", ".bin"))
-    )
 
 
 def _extract_split(ds, ext, cache, split: str, args):
@@ -401,6 +392,7 @@ def _selections(args) -> dict:
     for block in ("A7", "L9"):
         path = getattr(args, f"{block.lower()}_selection", None)
         if path is not None:
+            path = clikit.check_in_file(path, f"--{block.lower()}-selection")
             out[f"{block.lower()}_features"] = Selection.load(path, block).features
     return out
 
@@ -448,13 +440,6 @@ def cmd_evaluate(args) -> int:
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
-    for flag, value in (("--layers", args.layers), ("--proxy", args.proxy)):
-        if value is not None:
-            raise clikit.UsageError(
-                f"{flag} does not apply to evaluate: the detector fixes its proxy and layers"
-            )
-    if args.graphs:  # the detector's extractor runs eager batches; never ignore the flag silently
-        raise clikit.UsageError("--graphs is not supported by evaluate (only extract, train, select-*)")
     _check_sizes(args)
     clikit.check_out_dir(args.out)
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
@@ -504,6 +489,9 @@ def cmd_predict(args) -> int:
                 raise clikit.UsageError(f"--{flag} does not apply with --input (each line gives its own)")
     elif args.context is None or args.answer is None:
         raise clikit.UsageError("give either --context and --answer, or --input FILE")
+    elif args.batch_size is not None:  # one answer is one forward; never ignore the flag
+        raise clikit.UsageError("--batch-size applies to --input only (one answer is one forward)")
+    args.batch_size = 8 if args.batch_size is None else args.batch_size
     if args.batch_size < 1:
         raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.answer is not None and not args.answer.strip():
@@ -514,7 +502,7 @@ def cmd_predict(args) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     ids, triples = (
-        read_triples(args.input)
+        read_triples(clikit.check_in_file(args.input, "--input"))
         if args.input
         else ([None], [(args.context, args.question or "", args.answer)])
     )

@@ -14,6 +14,7 @@ from . import clikit
 
 if TYPE_CHECKING:
     from .dataset import Dataset
+    from .select import BuildOptions
 
 SPEC_HELP = (
     "dataset spec: 'default', a JSONL file, or NAME:PATH for a builder run on local files "
@@ -65,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
     )
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
-    b.add_argument("--n-contexts", type=int, default=None, help="default: number of contexts (default 100)")
+    b.add_argument(
+        "--n-contexts",
+        type=int,
+        default=None,
+        help="the 'default' builder only: number of synthetic contexts, even (default 100)",
+    )
     clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     s.add_argument("spec", help=SPEC_HELP)
@@ -80,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> Dataset:
-    from .select import BuildOptions, load, parse_spec
+    from .select import BuildOptions, parse_spec
 
     name = parse_spec(args.spec).name
     # a builder's own flag given to another builder would be ignored: refuse it instead
@@ -100,26 +106,41 @@ def _build(args: argparse.Namespace) -> Dataset:
         apply_filters=not args.no_filter,
         n_contexts=n_contexts,
     )
-    return load(args.spec, options=options)
+    return _load(args.spec, options, building=True)
+
+
+def _load(spec: str, options: BuildOptions | None = None, *, building: bool = False) -> Dataset:
+    """The dataset of ``spec``; no examples is bad input (then, or when building, the load report on stderr).
+
+    Without this check, a file of another format or an empty file would print a table of zeros and exit 0.
+    """
+    from .select import load, parse_spec
+
+    ds = load(spec, options=options)
+    if ds.report is not None and (building or len(ds) == 0):
+        clikit.status(ds.report.summary())
+    if len(ds) == 0:
+        written = " (nothing written)" if building else ""
+        if parse_spec(spec).name == "jsonl":
+            raise clikit.UsageError(
+                f"{spec} holds no examples{written}; expected JSON lines written by halubench-data build"
+            )
+        filters = " and that --task/--model name values it holds" if building else ""
+        raise clikit.UsageError(
+            f"{spec}: the builder kept no examples{written}; check that the file has the builder's "
+            f"format{filters}"
+        )
+    return ds
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     """``halubench-data build``: the dataset to ``--out`` (atomically); refuses an empty result."""
     from .io import write_jsonl
 
+    clikit.check_out_file(args.out)  # a folder, or its folder, before the (possibly long) build
     if args.out.exists() and not args.overwrite:
         raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
-    if args.out.is_dir():
-        raise clikit.UsageError(f"--out {args.out} is a folder; expected a JSONL file path")
-    clikit.check_out_file(args.out)  # its folder, before the (possibly long) build
     ds = _build(args)
-    if ds.report is not None:
-        clikit.status(ds.report.summary())
-    if len(ds) == 0:
-        raise clikit.UsageError(
-            f"{args.spec}: the builder kept no examples (nothing written); "
-            "check that the file has the builder's format and that --task/--model name values it holds"
-        )
     write_jsonl(ds, args.out, overwrite=args.overwrite)
     rep = ds.report
     report = None
@@ -141,9 +162,7 @@ def _counts(ds: Dataset) -> list[dict[str, object]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``halubench-data stats``: counts per source, label and split."""
-    from .select import load
-
-    ds = load(args.spec)
+    ds = _load(args.spec)
     doc = {"dataset": ds.name, "n_examples": len(ds), "n_groups": len(set(ds.groups)), "counts": _counts(ds)}
     clikit.emit(ds.stats_table, doc)
     return 0
@@ -153,11 +172,10 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     """``halubench-data baselines``: answer-only baselines on the test split."""
     from .baselines import text_only_baselines
     from .metrics import results_table
-    from .select import load
 
     if args.n_bootstrap < 1:
         raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
-    ds = load(args.spec)
+    ds = _load(args.spec)
     results = text_only_baselines(ds, n_bootstrap=args.n_bootstrap)
     clikit.emit(lambda: results_table(results), {"dataset": ds.name, "split": "test", "methods": results})
     return 0

@@ -19,7 +19,8 @@ Every command of every CLI follows it; new commands get it by building their par
   JSON document (``--json`` lines for a stream) on stdout via `emit` / `emit_json`, and nothing else:
   while the command runs, anything else printed to stdout goes to stderr. Every document's keys are
   checked against the command's documented schema before it is written.
-- ``--no-progress`` hides progress bars but keeps step messages (`show_progress`).
+- ``--no-progress`` hides progress bars but keeps step messages (`show_progress`); with it or
+  ``--quiet``, a library's own bars (Transformers' GGUF conversion) are dropped from stderr too.
 - A reader that closes the pipe early (``halubench-data stats x | head -1``) ends the command
   quietly with status 141 (128 + SIGPIPE, as a Unix tool killed by SIGPIPE), with no traceback.
 
@@ -50,7 +51,7 @@ import os
 import select
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
@@ -68,6 +69,8 @@ __all__ = [
     "add_autotune_arg",
     "add_device_arg",
     "add_json_arg",
+    "check_in_file",
+    "check_model_arg",
     "check_out_dir",
     "check_out_file",
     "deterministic_kernels",
@@ -75,8 +78,10 @@ __all__ = [
     "emit_json",
     "is_quiet",
     "json_ready",
+    "loading_model",
     "make_parser",
     "one_line",
+    "parse_limit",
     "quiet_transformers",
     "resolve_device",
     "run",
@@ -221,6 +226,57 @@ def resolve_device(name: str | None, flag: str = "--device") -> str:
     return str(dev)
 
 
+def check_in_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as an input file that exists, or an error naming ``flag`` (exit 2).
+
+    Raises:
+        FileNotFoundError: nothing is at ``path``.
+        IsADirectoryError: ``path`` is a folder.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"{flag} {path} is a folder; expected a file")
+    if not path.exists():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    return path
+
+
+def check_model_arg(name: str | None, flag: str) -> None:
+    """`FileNotFoundError` naming ``flag`` when the model ``name`` is a local path that does not exist.
+
+    A name counts as a path when it is absolute or starts with ``.`` or ``~``, has more than one ``/``
+    or a weights-file suffix (``.gguf``, ``.safetensors``, ``.bin``); a hub id ``org/name`` or an
+    alias (``smollm2``) is left to the loader. Checked before a model or dataset loads, so a typo
+    fails at once.
+    """
+    if name is None or Path(name).expanduser().exists():
+        return
+    looks_like_path = (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or name.endswith((".gguf", ".safetensors", ".bin"))
+    )
+    if looks_like_path:
+        raise FileNotFoundError(f"{flag} {name}: no such file or folder")
+
+
+@contextlib.contextmanager
+def loading_model(flag: str, name: str) -> Iterator[None]:
+    """Turn an error while loading the model that ``flag`` names into bad input (exit 2) naming it.
+
+    Missing or unreadable weights (``OSError``, a ``ValueError`` from the loader, weights that torch
+    refuses to unpickle) become ``ValueError("FLAG NAME: cannot load the model (Type: message)")``.
+    Progress bars follow ``--quiet`` / ``--no-progress`` (`quiet_transformers`).
+    """
+    import pickle
+
+    quiet_transformers()
+    try:
+        yield
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"{flag} {name}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+
+
 def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     """``path`` as an output folder that exists or can be created and is writable, or `UsageError`.
 
@@ -254,6 +310,26 @@ def _check_creatable(path: Path, folder: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path}: {probe} is a file, so the folder cannot be created")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {probe} is not writable")
+
+
+def parse_limit(text: str | None, flag: str = "--limit") -> int | None:
+    """``--limit`` of the commands that read a dataset: examples per split (at least 2), ``None`` for all.
+
+    Accepts a number or ``all`` (and ``None``, the option's absence); a split needs an example of each
+    label, so fewer than 2 is refused.
+
+    Raises:
+        UsageError: naming ``flag``.
+    """
+    if text is None or text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{flag} expects a number of examples per split or 'all', got {text!r}") from None
+    if value < 2:
+        raise UsageError(f"{flag} must be at least 2 examples per split (or 'all'), got {value}")
+    return value
 
 
 def check_labels(data: Any, flag: str, spec: str, needs: Mapping[str, Sequence[int]], command: str) -> None:
@@ -294,18 +370,21 @@ def show_progress() -> bool:
 def quiet_transformers() -> None:
     """Turn Transformers' progress bars off when ours are (``--quiet``, ``--no-progress``).
 
-    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too. Call it
-    before a model loads; nothing happens when Transformers is not installed.
+    Its "Loading weights" bar goes, and with ``--quiet`` its info and warning messages too, and those of
+    the Hugging Face hub client (a retry warning per second while a hub id is fetched without network).
+    Call it before a model loads; nothing happens when Transformers is not installed.
     """
     if show_progress():
         return
     try:
+        from huggingface_hub.utils import logging as hub_logging
         from transformers.utils import logging as hf_logging
     except ImportError:
         return
     hf_logging.disable_progress_bar()
     if is_quiet():
         hf_logging.set_verbosity_error()
+        hub_logging.set_verbosity_error()
 
 
 def status(message: str) -> None:
@@ -430,9 +509,11 @@ def run(
     """
     stdout = sys.stdout
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except BrokenPipeError:  # --help | head
         return _broken_pipe(stdout)
+    if extra:  # reported by the command's parser, so the message names the command (`prog cmd: error:`)
+        _command_parser(parser, getattr(args, dest, None)).error(f"unrecognized arguments: {' '.join(extra)}")
     debug = bool(getattr(args, "debug", False))
     name = getattr(args, dest, None) if isinstance(commands, Mapping) else None
     prog = f"{parser.prog} {name}" if name else parser.prog
@@ -443,8 +524,11 @@ def run(
         json=as_json, schema=getattr(args, "json_schema", None) if as_json else None, stdout=stdout,
     )  # fmt: skip
     try:
-        # with --json, stdout carries the document alone: anything else printed goes to stderr
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with contextlib.ExitStack() as streams:
+            if not show_progress():  # a library's own bar (Transformers' GGUF conversion) is hidden too
+                streams.enter_context(contextlib.redirect_stderr(_WithoutBars(sys.stderr)))
+            if as_json:  # stdout carries the document alone: anything else printed goes to stderr
+                streams.enter_context(contextlib.redirect_stdout(sys.stderr))
             code = fn(args)
         stdout.flush()  # inside the try: a reader that went away shows up here
     except KeyboardInterrupt:
@@ -461,6 +545,38 @@ def run(
     finally:
         _STATE.update(quiet=False, progress=True, json=False, schema=None, stdout=None)
     return EXIT_OK if code is None else int(code)
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The subparser of the command ``name`` (``parser`` itself for a CLI without commands)."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:  # noqa: SLF001
+            return action.choices[name]
+    return parser
+
+
+class _WithoutBars:
+    r"""A text stream that drops progress-bar frames and passes everything else on to ``stream``.
+
+    tqdm draws each frame as a write that starts with a carriage return (``"\r 40%|####  |"``), or
+    moves the cursor up (``"\x1b[A"``) for a nested bar, and ends the bar with a lone newline; a
+    library's bar cannot be switched off from outside, so with ``--quiet`` or ``--no-progress`` `run`
+    sends stderr through this filter. Messages and warnings pass unchanged.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._in_bar = False
+
+    def write(self, text: str) -> int:
+        if text.startswith(("\r", "\x1b[A")) or (self._in_bar and not text.strip()):
+            self._in_bar = True
+            return len(text)
+        self._in_bar = False
+        return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
+        return getattr(self._stream, name)
 
 
 def _reader_gone(stream: Any) -> bool:

@@ -17,7 +17,12 @@ __all__ = ["evaluate_command"]
 
 
 def _scorer(args: argparse.Namespace) -> tuple[Any, str]:
-    clikit.quiet_transformers()
+    flag, name = ("--judge", args.judge) if args.judge is not None else ("--model", args.model)
+    with clikit.loading_model(flag, name):
+        return _load_scorer(args)
+
+
+def _load_scorer(args: argparse.Namespace) -> tuple[Any, str]:
     if args.checker == "minicheck":
         from halujudge.checkers import MiniCheck
 

@@ -68,29 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="dataset specs whose validation splits choose the template (default: the evaluated dataset)",
     )
     ev.add_argument(
-        "--limit", type=int, default=None, metavar="N",
-        help="at most N examples per split (seeded, label-balanced: halubench_data.subsample)",
+        "--limit", default=None, metavar="N",
+        help="at most N examples per split (seeded, label-balanced: halubench_data.subsample), or 'all' "
+        "(default)",
     )  # fmt: skip
     ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
     clikit.add_device_arg(ev)
-    ev.add_argument("--n-bootstrap", type=int, default=10_000, metavar="B", help="bootstrap resamples")
+    ev.add_argument(
+        "--n-bootstrap", type=int, default=10_000, metavar="B",
+        help="group-bootstrap resamples of the test intervals (default 10000)",
+    )  # fmt: skip
     clikit.add_json_arg(ev, JSON_EVALUATE)
     return parser
 
 
-def _positive(parser: argparse.ArgumentParser, name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        parser.error(f"{name} must be a positive integer, got {value}")
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``halujudge evaluate``: check the arguments, run, print the results table on stdout."""
-    for name in ("limit", "batch_size", "n_bootstrap"):
+    for name in ("batch_size", "n_bootstrap"):
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if value < 1:
             raise clikit.UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    if args.limit == 1:  # a split needs an example of each label (halubench_data.subsample)
-        raise clikit.UsageError("--limit must be at least 2 examples per split, got 1")
+    args.limit = clikit.parse_limit(args.limit)  # a split needs an example of each label
     # a flag of another scorer would be ignored: refuse it instead
     if args.judge is not None and args.model:
         raise clikit.UsageError("--model applies to --checker (a --judge names its model itself)")
@@ -114,6 +112,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise clikit.UsageError(
             "--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)"
         )
+    for flag in ("judge", "model", "foundation"):
+        clikit.check_model_arg(getattr(args, flag), f"--{flag}")
     args.device = clikit.resolve_device(args.device)
     clikit.check_out_dir(args.out)
     from halubench_data import results_table
