@@ -12,8 +12,7 @@ from halubench_data import (
     ngram_share,
     word_jaccard,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 VOCAB = [f"w{i}" for i in range(400)]
 

@@ -196,8 +196,13 @@ class MiniCheck(_PairScorer):
         Raises:
             WeightsNotFoundError: if the weights are neither local nor downloadable; says how to provide them.
         """
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-        from transformers import AutoModelForSequenceClassification as AutoClassifier
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoModelForSequenceClassification as AutoClassifier,
+            AutoTokenizer,
+        )
 
         source = resolve_source(model)
         config = load_pretrained(AutoConfig, source, "MiniCheck checker config")
