@@ -223,6 +223,7 @@ def test_a_split_without_both_labels_is_refused_before_the_proxy_loads(
         (["train", "--a7-selection", "MISSING"], "missing.json"),
         (["train", "--token-cv", "5"], "--token-cv applies to the token probe: add --token-probe"),
         (["train", "--token-probe", "--token-cv", "1"], "--token-cv must be 0 (validation) or at least 2"),
+        (["train", "--token-probe", "--token-cv", "50"], "--token-cv 50: the train and validation splits"),
     ],
 )
 def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkeypatch, argv, match):

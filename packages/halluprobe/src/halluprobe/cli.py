@@ -248,6 +248,13 @@ def _setup(args):
     labelled = {"train": ("train", "validation", "test")}.get(args.command, (getattr(args, "split", None),))
     needs = {s: (0, 1) for s in labelled if s}
     clikit.check_labels(ds, "--dataset", args.dataset, needs, f"halluprobe {args.command}")
+    if getattr(args, "token_cv", 0):  # the folds deal whole groups: known before the proxy loads
+        groups = {str(e.group) for s in ("train", "validation") for e in ds.split(s).examples}
+        if len(groups) < args.token_cv:
+            raise clikit.UsageError(
+                f"--token-cv {args.token_cv}: the train and validation splits of --dataset {args.dataset} "
+                f"hold {len(groups)} groups, and the folds deal whole groups; at most {len(groups)} folds fit"
+            )
     from flashstats_hf import load_model
 
     from halluprobe.cache import FeatureCache
