@@ -238,3 +238,12 @@ def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkey
     argv = [str(tmp_path / "missing.json") if a == "MISSING" else a for a in argv]
     assert main([*argv, "--limit", "4", "--device", "cpu", "--out", str(out)]) == 2
     assert match in capsys.readouterr().err and not out.exists()
+
+
+def test_the_verdict_line_shows_probability_and_threshold_apart():
+    from halluprobe._cli_schemas import verdict_line
+
+    assert verdict_line(0.8123, 0.5, 1) == "p(hallucinated) = 0.812  threshold 0.500  -> hallucinated"
+    # both round to 0.499 at three decimals: more digits, so the verdict is not a puzzle
+    assert verdict_line(0.49912, 0.49937, 0) == "p(hallucinated) = 0.4991  threshold 0.4994  -> supported"
+    assert verdict_line(0.5, 0.5, 1).startswith("p(hallucinated) = 0.50000000  threshold 0.50000000")

@@ -1,4 +1,4 @@
-"""The ``--json`` output of each ``halluprobe`` command: top-level key -> meaning.
+"""The output of each ``halluprobe`` command: its ``--json`` keys (key -> meaning) and the verdict line.
 
 `halubench_data.clikit.add_json_arg` attaches each to its command; the CLI page renders them and every
 document written is checked against its schema, so the page, the code and the output cannot disagree.
@@ -57,3 +57,16 @@ STREAM = {
     "label": "done: 1 = hallucinated, 0 = supported",
     "threshold": "done: the detector's threshold",
 }
+
+
+def verdict_line(probability: float, threshold: float, label: int) -> str:
+    """``p(hallucinated) = P  threshold T  -> verdict``, with digits enough to show P and T differ.
+
+    Three decimals unless both round alike (p = 0.4993 against 0.4987); then up to eight.
+    """
+    for digits in range(3, 9):
+        p, t = f"{probability:.{digits}f}", f"{threshold:.{digits}f}"
+        if p != t:
+            break
+    verdict = "hallucinated" if label else "supported"
+    return f"p(hallucinated) = {p}  threshold {t}  -> {verdict}"

@@ -6,7 +6,7 @@ import sys
 
 from halubench_data import clikit
 
-from halluprobe._cli_schemas import STREAM
+from halluprobe._cli_schemas import STREAM, verdict_line
 
 
 def add_stream_parser(sub) -> None:
@@ -138,6 +138,5 @@ def cmd_stream(args) -> int:
                 "threshold": threshold, "answer_tokens": last.answer_tokens}  # fmt: skip
         clikit.emit_json(done)
     else:
-        verdict = "hallucinated" if last.label else "supported"
-        print(f"p(hallucinated) = {last.probability:.3f}  threshold {threshold:.3f}  -> {verdict}")
+        print(verdict_line(last.probability, threshold, last.label))
     return 0

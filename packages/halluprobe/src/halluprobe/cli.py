@@ -520,9 +520,8 @@ def cmd_predict(args) -> int:
         if args.json:
             clikit.emit_json(_prediction_doc(pred, answer, item_id, args.tokens))
             continue
-        verdict = "hallucinated" if pred.label else "supported"
         head = "" if item_id is None else f"{item_id}: "
-        print(f"{head}p(hallucinated) = {pred.probability:.3f}  threshold {pred.threshold:.3f}  -> {verdict}")
+        print(head + schemas.verdict_line(pred.probability, pred.threshold, pred.label))
         if args.spans:
             print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
         if args.tokens:
