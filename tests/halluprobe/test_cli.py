@@ -155,7 +155,8 @@ def test_cli_end_to_end_on_smollm2(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "p(hallucinated)" in printed and "Rome" in printed
     assert main(["evaluate", det, "--limit", "4", "--out", str(out)]) == 0
-    assert "A7L9 (test)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "A7L9 (test)" in printed.out and "dataset default: 4 test examples" in printed.err
     # evaluate found every test record in the run's cache: no new shard
     assert sorted(p.name for p in (out / "cache").glob("shard-*")) == shards
     # the same ids with other answers (an edited dataset) are extracted again, never read stale

@@ -66,6 +66,7 @@ CASES = [
     (P, ["extract", "--device", "cpu", "--limit", "lots", "--out", "{out}"], "--limit"),
     (P, ["extract", "--device", "cpu", "--dataset", "{malformed}", "--out", "{out}"], "malformed.jsonl:2"),
     (P, ["extract", "--device", "cpu", "--dataset", "{nonutf8}", "--out", "{out}"], "nonutf8.jsonl:2"),
+    (P, ["train", "--device", "cpu", "--dataset", "{wrongtype}", "--out", "{out}"], "error: --dataset "),
     (P, ["evaluate", "{file}", "--device", "cpu", "--out", "{out}"], "is a file"),
     (P, ["evaluate", "{out}/none", "--device", "cpu", "--layers", "0-3", "--out", "{out}"], "--layers"),
     (P, ["predict", "{file}", "--context", "c", "--answer", "a", "--device", "cpu"], "is a file"),

@@ -452,6 +452,7 @@ def cmd_evaluate(args) -> int:
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     clikit.check_labels(ds, "--dataset", args.dataset, {args.split: (0, 1)}, "halluprobe evaluate")
     part = ds.split(args.split)
+    clikit.status(f"dataset {ds.name}: {len(part.examples)} {args.split} examples")
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
     ext = det.extractor(device)

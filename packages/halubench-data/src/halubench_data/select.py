@@ -131,7 +131,8 @@ def load(
         seed: seed of the subsample.
         options: builder settings (seed of splits, RAGTruth tasks and models, ...).
         arg: the command-line argument that gave ``spec`` (e.g. ``"--dataset"``), named first in the
-            message of a bad spec.
+            message of a bad spec or of a malformed JSONL record (then a `ValueError` chained to the
+            original error).
 
     Raises:
         ValueError, FileNotFoundError: see `parse_spec`; a builder's own errors pass through.
@@ -152,7 +153,12 @@ def load(
     elif parsed.name == "jsonl":
         from .io import read_jsonl
 
-        ds = read_jsonl(parsed.path)
+        try:
+            ds = read_jsonl(parsed.path)
+        except ValueError as exc:  # a malformed record: ``file:line: field ...``, now led by the flag
+            if arg is None:
+                raise
+            raise ValueError(f"{arg} {exc}") from exc
     else:
         ds = _builder(parsed.name, opts)(parsed.path)
     return ds if limit is None else subsample(ds, limit, seed=seed)
