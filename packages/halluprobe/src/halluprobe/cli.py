@@ -452,9 +452,9 @@ def cmd_evaluate(args) -> int:
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
     clikit.check_labels(ds, "--dataset", args.dataset, {args.split: (0, 1)}, "halluprobe evaluate")
     part = ds.split(args.split)
-    clikit.status(f"dataset {ds.name}: {len(part.examples)} {args.split} examples")
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
+    clikit.status(f"dataset {ds.name}: {len(part.examples)} {args.split} examples")  # inputs all good
     ext = det.extractor(device)
     cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
     recs = extract_records(
