@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from flashstats_kernels import StatsRequest, response_attention
+from flashstats_kernels import MAX_HEAD_DIM, StatsRequest, response_attention
 
 _BASE = StatsRequest(rows=False)
-KERNEL_MAX_HEAD_DIM = 256
 
 
 def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, dropout: float) -> bool:
@@ -22,7 +21,7 @@ def kernel_can_run(query: torch.Tensor, key: torch.Tensor, softcap, window, drop
     """
     if softcap is None and window is None:
         return False
-    if dropout > 0.0 or query.shape[-1] > KERNEL_MAX_HEAD_DIM:
+    if dropout > 0.0 or query.shape[-1] > MAX_HEAD_DIM:
         return False
     return not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
 

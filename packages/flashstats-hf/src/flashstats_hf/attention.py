@@ -21,18 +21,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from flashstats_kernels import MAX_HEAD_DIM
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
 
 from flashstats_hf._recorder import active_recorder
-from flashstats_hf._sdpa import (
-    KERNEL_MAX_HEAD_DIM,
-    base_attention,
-    kernel_can_run,
-    plain_attention,
-    visibility,
-)
+from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
 
 ATTN_IMPLEMENTATION = "attnstats"
 """Name under which the attention function and its mask function are registered.
@@ -210,10 +205,10 @@ def flashstats_attention_forward(
     cached = getattr(recorder, "cached", False)  # a CachedRecorder (generation, streamed chunks)
     if recorder is not None and isinstance(layer_idx, int):
         recorder.reached.add(layer_idx)  # checked after the model call (`_recorder.check_reached`)
-        if query.shape[-1] > KERNEL_MAX_HEAD_DIM and recorder.wants(layer_idx):
+        if query.shape[-1] > MAX_HEAD_DIM and recorder.wants(layer_idx):
             raise ValueError(
                 f"flashstats: layer {layer_idx} ({type(module).__name__}) has head dim {query.shape[-1]}; "
-                f"the statistics kernels take head dims up to {KERNEL_MAX_HEAD_DIM}, so this model's "
+                f"the statistics kernels take head dims up to {MAX_HEAD_DIM}, so this model's "
                 "layers cannot be scored (expected a proxy with head dim <= 256)"
             )
     if cached and recorder.wants(layer_idx):

@@ -1,5 +1,6 @@
 """Attention statistics inside FlashAttention-style kernels, without materialising the attention matrix."""
 
+from flashstats_kernels._problem import MAX_HEAD_DIM
 from flashstats_kernels.api import response_attention, response_columns, response_lookups
 from flashstats_kernels.decode import decode_attention
 from flashstats_kernels.features import (
@@ -25,6 +26,7 @@ from flashstats_kernels.varlen import response_attention_varlen
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_HEAD_DIM",
     "AttentionResult",
     "ColumnState",
     "ColumnStats",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 MAX_HEAD_DIM = 256
+"""Widest head dim the kernels take (every backend; the Triton kernels pad D to a power of two)."""
 TORCH_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2)
 
