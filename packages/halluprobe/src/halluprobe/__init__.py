@@ -11,30 +11,53 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from halluprobe import _lazy
+
 if TYPE_CHECKING:
-    from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
-    from halluprobe.cache import FeatureCache
-    from halluprobe.detector import Detector, Prediction
+    from halluprobe.blocks import (
+        A7Block,
+        A64Block,
+        H64Block,
+        L9Block,
+        Selection,
+        induction_scores,
+        parse_feature_set,
+        rank_heads,
+        select_a7,
+        select_l9,
+    )
     from halluprobe.detectors import (
         INTRYGUE,
         RAUQ,
         TOHA,
+        Detector,
         LLMCheckAttention,
         LookbackLens,
         LookbackLensHeads,
+        Prediction,
         SinkProbe,
         SinkRate,
+        StreamingScorer,
+        StreamUpdate,
         mtopdiv,
     )
-    from halluprobe.distributed import World, init_world, shard_batches
-    from halluprobe.extract import ProxyExtractor, extract_records, plan_batches
-    from halluprobe.induction import induction_scores, rank_heads
-    from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
-    from halluprobe.records import ExampleRecord, reduce_forward
-    from halluprobe.selection import Selection, select_a7, select_l9
-    from halluprobe.streaming import StreamingScorer, StreamUpdate
+    from halluprobe.features import (
+        ExampleRecord,
+        FeatureCache,
+        ProxyExtractor,
+        World,
+        extract_records,
+        init_world,
+        plan_batches,
+        reduce_forward,
+        shard_batches,
+    )
+    from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
 
 __version__ = "0.1.0"
+
+# the flat module paths of 0.1 (``halluprobe.extract``, ...) still import, with a DeprecationWarning
+_lazy.install_moved_modules()
 
 _EXPORTS = {
     "A7Block": "blocks",
@@ -42,9 +65,9 @@ _EXPORTS = {
     "H64Block": "blocks",
     "L9Block": "blocks",
     "parse_feature_set": "blocks",
-    "FeatureCache": "cache",
-    "Detector": "detector",
-    "Prediction": "detector",
+    "FeatureCache": "features",
+    "Detector": "detectors",
+    "Prediction": "detectors",
     "INTRYGUE": "detectors",
     "RAUQ": "detectors",
     "TOHA": "detectors",
@@ -54,26 +77,26 @@ _EXPORTS = {
     "SinkProbe": "detectors",
     "SinkRate": "detectors",
     "mtopdiv": "detectors",
-    "ProxyExtractor": "extract",
-    "extract_records": "extract",
-    "plan_batches": "extract",
-    "World": "distributed",
-    "init_world": "distributed",
-    "shard_batches": "distributed",
-    "induction_scores": "induction",
-    "rank_heads": "induction",
-    "ProbeFit": "protocol",
-    "fit_blocks": "protocol",
-    "select_heads": "protocol",
-    "select_sink_count": "protocol",
-    "train_feature_sets": "protocol",
-    "ExampleRecord": "records",
-    "reduce_forward": "records",
-    "Selection": "selection",
-    "select_a7": "selection",
-    "select_l9": "selection",
-    "StreamingScorer": "streaming",
-    "StreamUpdate": "streaming",
+    "ProxyExtractor": "features",
+    "extract_records": "features",
+    "plan_batches": "features",
+    "World": "features",
+    "init_world": "features",
+    "shard_batches": "features",
+    "induction_scores": "blocks",
+    "rank_heads": "blocks",
+    "ProbeFit": "training",
+    "fit_blocks": "training",
+    "select_heads": "training",
+    "select_sink_count": "training",
+    "train_feature_sets": "training",
+    "ExampleRecord": "features",
+    "reduce_forward": "features",
+    "Selection": "blocks",
+    "select_a7": "blocks",
+    "select_l9": "blocks",
+    "StreamingScorer": "detectors",
+    "StreamUpdate": "detectors",
 }
 
 __all__ = [
@@ -120,4 +143,6 @@ __all__ = [
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f"halluprobe.{_EXPORTS[name]}"), name)
+    if f"halluprobe.{name}" in _lazy.MOVED_MODULES:
+        return importlib.import_module(f"halluprobe.{name}")
     raise AttributeError(f"module 'halluprobe' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 import sys
 
-from halluprobe.cli import main
+from halluprobe.cli._main import main
 
 if __name__ == "__main__":
     sys.exit(main())

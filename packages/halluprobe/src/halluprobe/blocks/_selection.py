@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, Standardizer, l9_matrix
-from halluprobe.protocol import CS, KS
-from halluprobe.records import ExampleRecord
+from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, Standardizer, l9_matrix
+from halluprobe.features._records import ExampleRecord
+from halluprobe.training._protocol import CS, KS
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Selection:
 
     def save(self, path: str | Path) -> Path:
         """Write the JSON atomically; returns ``path``."""
-        from halluprobe.cache import atomic_write_bytes
+        from halluprobe.features._cache import atomic_write_bytes
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ class Selection:
             raise ValueError(f"{path} is not a selection file (expected block, features): {exc}") from exc
         if block is not None and sel.block != block:
             raise ValueError(f"{path} selects {sel.block} features, expected {block}")
-        from halluprobe.blocks import HEAD_FEATURES
+        from halluprobe.blocks._blocks import HEAD_FEATURES
 
         allowed = HEAD_FEATURES if sel.block == "A7" else L9_CANDIDATES
         bad = [f for f in sel.features if f not in allowed]
@@ -282,7 +282,7 @@ def run_selection(
     from importlib import metadata
 
     if block == "A7":
-        from halluprobe.induction import induction_scores, rank_heads
+        from halluprobe.blocks._induction import induction_scores, rank_heads
 
         n_layers = int(ext.model.config.num_hidden_layers)
         layers = ext.layers if ext.layers is not None else tuple(range(n_layers))

@@ -16,9 +16,9 @@ from typing import Any
 
 from halubench_data import clikit
 
-from halluprobe import _cli_schemas as schemas
-from halluprobe._cli_inputs import read_triples
-from halluprobe._cli_stream import add_stream_parser, cmd_stream
+from halluprobe.cli import _schemas as schemas
+from halluprobe.cli._inputs import read_triples
+from halluprobe.cli._stream import add_stream_parser, cmd_stream
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
@@ -71,7 +71,7 @@ def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``halluprobe`` argument parser (no heavy imports)."""
-    from halluprobe.token_data import TOKEN_VIEWS
+    from halluprobe.features._token_data import TOKEN_VIEWS
 
     parser = clikit.make_parser(
         "halluprobe",
@@ -231,7 +231,7 @@ def _setup(args):
     parse_layers(args.layers)  # the syntax, before the proxy loads
     _check_sizes(args)
     if args.command.startswith("select-"):
-        from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES
+        from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES
 
         block = args.command.removeprefix("select-").upper()
         n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
@@ -257,9 +257,9 @@ def _setup(args):
             )
     from flashstats_hf import load_model
 
-    from halluprobe.cache import FeatureCache
-    from halluprobe.distributed import init_world
-    from halluprobe.extract import ProxyExtractor
+    from halluprobe.features._cache import FeatureCache
+    from halluprobe.features._distributed import init_world
+    from halluprobe.features._extract import ProxyExtractor
 
     args.world = init_world(device)
     device = args.world.device(device)
@@ -292,7 +292,7 @@ def load_proxy(load_model, proxy: str | None, device: str):
 
 
 def _extract_split(ds, ext, cache, split: str, args):
-    from halluprobe.extract import extract_records
+    from halluprobe.features._extract import extract_records
 
     part = ds.split(split)
     return extract_records(
@@ -310,7 +310,7 @@ def _extract_split(ds, ext, cache, split: str, args):
 
 def cmd_extract(args) -> int:
     """``halluprobe extract``."""
-    from halluprobe.distributed import close_world
+    from halluprobe.features._distributed import close_world
 
     ds, ext, cache = _setup(args)
     splits = {}
@@ -327,7 +327,7 @@ def cmd_extract(args) -> int:
 
 def _token_examples(ds, ext, args) -> dict:
     """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
-    from halluprobe.token_data import token_examples
+    from halluprobe.features._token_data import token_examples
 
     if not any(ex.spans for ex in ds.split("train")):
         raise clikit.UsageError(
@@ -344,9 +344,9 @@ def _token_examples(ds, ext, args) -> dict:
 
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
-    from halluprobe.blocks import parse_feature_set
-    from halluprobe.distributed import close_world
-    from halluprobe.training import run_training
+    from halluprobe.blocks._blocks import parse_feature_set
+    from halluprobe.features._distributed import close_world
+    from halluprobe.training._training import run_training
 
     sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     if not sets:
@@ -393,7 +393,7 @@ def cmd_train(args) -> int:
 
 def _selections(args) -> dict:
     """``a7_features`` / ``l9_features`` from ``--a7-selection`` / ``--l9-selection`` files, when given."""
-    from halluprobe.selection import Selection
+    from halluprobe.blocks._selection import Selection
 
     out = {}
     for block in ("A7", "L9"):
@@ -408,7 +408,7 @@ def cmd_select(args) -> int:
     """``halluprobe select-a7`` / ``select-l9``: the paper's one-off feature selection on a training split."""
     import numpy as np
 
-    from halluprobe.selection import run_selection
+    from halluprobe.blocks._selection import run_selection
 
     block = args.command.removeprefix("select-").upper()
     ds, ext, cache = _setup(args)
@@ -441,9 +441,9 @@ def cmd_evaluate(args) -> int:
     from halubench_data import load
     from halubench_data.metrics import evaluate, results_table
 
-    from halluprobe.cache import FeatureCache
-    from halluprobe.detector import Detector
-    from halluprobe.extract import extract_records
+    from halluprobe.detectors._detector import Detector
+    from halluprobe.features._cache import FeatureCache
+    from halluprobe.features._extract import extract_records
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
@@ -489,7 +489,7 @@ def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
     from halubench_data.io import is_unicode
 
-    from halluprobe.detector import Detector
+    from halluprobe.detectors._detector import Detector
 
     if args.input is not None:
         for flag in ("context", "question", "answer"):

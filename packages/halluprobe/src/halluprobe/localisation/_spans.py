@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from halubench_data import Span
 
-from halluprobe.token_data import TokenExample
+from halluprobe.features._token_data import TokenExample
 
 __all__ = [
     "GAPS",

@@ -22,7 +22,7 @@ from halubench_data import Span
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats
 
-    from halluprobe.extract import ProxyExtractor
+    from halluprobe.features._extract import ProxyExtractor
 
 __all__ = [
     "TOKEN_PARTS",
@@ -68,7 +68,7 @@ def token_parts(fs: ForwardStats, b: int, length: int) -> dict[str, np.ndarray]:
         b: Example index in the batch.
         length: Its answer length ``A``.
     """
-    from halluprobe.records import head_series
+    from halluprobe.features._records import head_series
 
     if fs.logit_stats is None:
         raise ValueError("token features need the forward's logit statistics (record with logits=True)")
@@ -214,7 +214,7 @@ def token_examples(
     Returns:
         One `TokenExample` per example, in input order.
     """
-    from halluprobe.extract import plan_batches
+    from halluprobe.features._extract import plan_batches
 
     check_view(view)
     encoded = [ext.encode(ex) for ex in examples]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from halubench_data.metrics import C_GRID, best_by_validation
 
-from halluprobe.blocks import (
+from halluprobe._numeric import sigmoid
+from halluprobe.blocks._blocks import (
     A7_SELECTION,
     L9_SELECTION,
     A7Block,
@@ -29,8 +30,7 @@ from halluprobe.blocks import (
     Standardizer,
     parse_feature_set,
 )
-from halluprobe.numeric import sigmoid
-from halluprobe.records import MAX_SINKS, ExampleRecord
+from halluprobe.features._records import MAX_SINKS, ExampleRecord
 
 CS: tuple[float, ...] = C_GRID
 """Regularisation strengths searched, ascending (ties go to the first): ``halubench_data.metrics.C_GRID``."""

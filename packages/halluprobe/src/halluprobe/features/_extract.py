@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from halluprobe.cache import FeatureCache
-from halluprobe.distributed import World, my_batches, run_shard
-from halluprobe.records import ExampleRecord, reduce_forward
+from halluprobe.features._cache import FeatureCache
+from halluprobe.features._distributed import World, my_batches, run_shard
+from halluprobe.features._records import ExampleRecord, reduce_forward
 
 
 def plan_batches(
@@ -264,7 +264,7 @@ class ProxyExtractor:
         fs = self.forward(encoded)
         mtop = None
         if self.toha:
-            from halluprobe.toha import dense_mtopdiv
+            from halluprobe.features._toha import dense_mtopdiv
 
             mtop = dense_mtopdiv(self.model, encoded, fs.layers)
         if self.token_store is not None:
@@ -273,7 +273,7 @@ class ProxyExtractor:
 
     def _store_tokens(self, batch: list[Any], encoded: list[tuple[list[int], int]], fs) -> None:
         """Write each answer's per-token features and character offsets to `token_store`."""
-        from halluprobe.token_data import token_offsets, token_parts
+        from halluprobe.features._token_data import token_offsets, token_parts
 
         for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
             parts = token_parts(fs, b, int(fs.answer_len[b]))
@@ -284,7 +284,7 @@ class ProxyExtractor:
         dev = next(self.model.parameters()).device
         mtop = None
         if self.toha:
-            from halluprobe.toha import dense_mtopdiv
+            from halluprobe.features._toha import dense_mtopdiv
 
             mtop = dense_mtopdiv(self.model, encoded, self._graphed.layers)
         out = []

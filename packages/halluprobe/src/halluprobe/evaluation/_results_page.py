@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from halluprobe.evaluation import PairedTest
-from halluprobe.tables import (
+from halluprobe.evaluation._evaluation import PairedTest
+from halluprobe.evaluation._tables import (
     DATASET_NAMES,
     cost_markdown,
     judge_markdown,

@@ -12,11 +12,11 @@ from halubench_data import clikit
 from halubench_data.files import atomic_write_bytes
 from halubench_data.metrics import best_by_validation
 
-from halluprobe.blocks import parse_feature_set
-from halluprobe.protocol import CS, train_feature_sets
+from halluprobe.blocks._blocks import parse_feature_set
+from halluprobe.training._protocol import CS, train_feature_sets
 
 if TYPE_CHECKING:
-    from halluprobe.evaluation import DatasetEvaluation, PairedTest
+    from halluprobe.evaluation._evaluation import DatasetEvaluation, PairedTest
 
 ADDITIONS = (("H64", "A7H64"), ("L9", "A7L9"), ("H64", "A64H64"))
 """Block additions tested with the paired group bootstrap when both sets were fitted."""
@@ -37,7 +37,7 @@ def fit_published(records, labels, order, logit_names, toha: bool) -> dict[str, 
     """
     from halubench_data.metrics import auroc
 
-    from halluprobe import detectors as d
+    from halluprobe.detectors import _published as d
 
     tr, va = records["train"], records["validation"]
     y_tr, y_va = labels["train"], labels["validation"]
@@ -105,8 +105,8 @@ def run_training(
     from halubench_data import text_only_scores
     from halubench_data.metrics import results_table
 
-    from halluprobe.detector import Detector
-    from halluprobe.induction import induction_scores, rank_heads
+    from halluprobe.blocks._induction import induction_scores, rank_heads
+    from halluprobe.detectors._detector import Detector
 
     for s in feature_sets:
         parse_feature_set(s)
@@ -126,13 +126,13 @@ def run_training(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
         labels["validation"], progress=clikit.status, **selections,
     )  # fmt: skip
-    from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
+    from halluprobe.evaluation._evaluation import MethodScores, evaluate_methods, write_results
 
     token_probe, extra = None, {}
     if token_examples is not None:
         from dataclasses import asdict
 
-        from halluprobe.localisation import fit_and_evaluate
+        from halluprobe.localisation._localisation import fit_and_evaluate
 
         clikit.status("fitting the token probe (localisation)")
         token_probe, span_result = fit_and_evaluate(token_examples, view=token_view, cv_folds=token_cv)
@@ -166,7 +166,7 @@ def run_training(
     ev = evaluate_methods(ds.name, methods, labels["test"], groups["test"])
     tests = addition_tests(ev)
     table = results_table(dict(ev.results))
-    from halluprobe.report import write_report
+    from halluprobe.evaluation._report import write_report
 
     selection = {
         n: {"C": f.C, "threshold": f.threshold, "val_auroc": f.val_auroc, **f.selection}
@@ -184,7 +184,7 @@ def addition_tests(ev: DatasetEvaluation, n: int = 100_000) -> tuple[PairedTest,
     Every pair of `ADDITIONS` whose two feature sets are methods of ``ev`` is tested with ``n``
     resamples (seed 42).
     """
-    from halluprobe.evaluation import holm_families, paired_test
+    from halluprobe.evaluation._evaluation import holm_families, paired_test
 
     return holm_families(
         paired_test(ev, base, full, "f1", family="additions", key="f1", n=n)

@@ -36,23 +36,8 @@ import numpy as np
 from halubench_data import Span
 from halubench_data.metrics import best_by_validation
 
-# span decoding and the span metric, re-exported: `halluprobe.spans` defines them
-from halluprobe.spans import (
-    GAPS,
-    SMOOTHS,
-    SpanResult,
-    choose_decoding,
-    choose_span_threshold,
-    close_gaps,
-    decode_spans,
-    evaluate_spans,
-    smooth_scores,
-    span_counts,
-    span_prf,
-)
-
 # the per-token data, re-exported: `halluprobe.token_data` defines them
-from halluprobe.token_data import (
+from halluprobe.features._token_data import (
     TOKEN_PARTS,
     TOKEN_VIEWS,
     TokenExample,
@@ -64,6 +49,21 @@ from halluprobe.token_data import (
     token_features,
     token_offsets,
     token_parts,
+)
+
+# span decoding and the span metric, re-exported: `halluprobe.spans` defines them
+from halluprobe.localisation._spans import (
+    GAPS,
+    SMOOTHS,
+    SpanResult,
+    choose_decoding,
+    choose_span_threshold,
+    close_gaps,
+    decode_spans,
+    evaluate_spans,
+    smooth_scores,
+    span_counts,
+    span_prf,
 )
 
 __all__ = [
@@ -185,7 +185,7 @@ class TokenProbe:
 
     def predict_proba(self, features: np.ndarray) -> np.ndarray:
         """``[A, 2]`` probabilities (the logistic of `decision_function`); column 1 = hallucinated."""
-        from halluprobe.numeric import sigmoid
+        from halluprobe._numeric import sigmoid
 
         p = sigmoid(self.decision_function(features))
         return np.stack([1.0 - p, p], 1)

@@ -286,7 +286,7 @@ def write_results(
     With ``plots``, every dataset whose test split has both labels gets ``out/<dataset>-roc.png`` and
     ``out/<dataset>-pr.png``. Every file is written atomically.
     """
-    from halluprobe.report import plot_curves
+    from halluprobe.evaluation._report import plot_curves
 
     out = Path(out)
     doc = results_document(evaluations, tests, transfers, extra)

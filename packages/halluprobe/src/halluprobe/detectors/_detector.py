@@ -29,19 +29,19 @@ import numpy as np
 from halubench_data import Span
 from halubench_data.files import atomic_path, atomic_write_bytes
 
-from halluprobe import detector_file as dfile
-from halluprobe.blocks import Standardizer, block_from_state
-from halluprobe.cache import sha256_file
-from halluprobe.localisation import TokenProbe
-from halluprobe.numeric import sigmoid
-from halluprobe.protocol import ProbeFit
-from halluprobe.token_data import TOKEN_VIEWS
+from halluprobe._numeric import sigmoid
+from halluprobe.blocks._blocks import Standardizer, block_from_state
+from halluprobe.detectors import _detector_file as dfile
+from halluprobe.features._cache import sha256_file
+from halluprobe.features._token_data import TOKEN_VIEWS
+from halluprobe.localisation._localisation import TokenProbe
+from halluprobe.training._protocol import ProbeFit
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
 
-    from halluprobe.extract import ProxyExtractor
-    from halluprobe.records import ExampleRecord
+    from halluprobe.features._extract import ProxyExtractor
+    from halluprobe.features._records import ExampleRecord
 
 FORMAT_VERSION = 3
 """Version of the saved-detector format; [`Detector.load`][halluprobe.Detector.load] accepts only it.
@@ -232,7 +232,7 @@ class Detector:
         if self._extractor is None:
             from flashstats_hf import load_model
 
-            from halluprobe.extract import ProxyExtractor
+            from halluprobe.features._extract import ProxyExtractor
 
             model, tok = load_model(self.proxy, device=device)
             self._extractor = ProxyExtractor(model, tok, self.layers, self.hidden_layers)
@@ -258,8 +258,8 @@ class Detector:
         Raises:
             ValueError: when a triple is not three strings or an answer is empty, or ``batch_size < 1``.
         """
-        from halluprobe.extract import plan_batches
-        from halluprobe.records import reduce_forward
+        from halluprobe.features._extract import plan_batches
+        from halluprobe.features._records import reduce_forward
 
         items = [_Triple(f"item{i}", *_check_triple(i, t)) for i, t in enumerate(triples)]
         ext = self.extractor(device)
@@ -288,7 +288,7 @@ class Detector:
         Returns:
             A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
         """
-        from halluprobe.records import reduce_forward
+        from halluprobe.features._records import reduce_forward
 
         (record,) = reduce_forward(fs, ["query"])
         prob, token_probs = self._scores(fs, 0, record)
@@ -298,7 +298,7 @@ class Detector:
 
     def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
         """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
-        from halluprobe.records import token_records
+        from halluprobe.features._records import token_records
 
         prob = float(self.score_records([record])[0])
         return prob, self.score_records(token_records(fs, b, record))
@@ -307,8 +307,8 @@ class Detector:
         self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
         encoded: tuple[list[int], int], answer: str,
     ) -> Prediction:  # fmt: skip
-        from halluprobe.localisation import decode_spans
-        from halluprobe.token_data import token_features, token_offsets
+        from halluprobe.features._token_data import token_features, token_offsets
+        from halluprobe.localisation._localisation import decode_spans
 
         ids, start = encoded
         prob, token_probs = self._scores(fs, b, record)

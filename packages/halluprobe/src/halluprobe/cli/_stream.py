@@ -6,7 +6,7 @@ import sys
 
 from halubench_data import clikit
 
-from halluprobe._cli_schemas import STREAM, verdict_line
+from halluprobe.cli._schemas import STREAM, verdict_line
 
 
 def add_stream_parser(sub) -> None:
@@ -62,7 +62,7 @@ def _stdin_chunks():
 
 def _updates(args, scorer):
     """The stream of updates that ``halluprobe stream`` prints."""
-    from halluprobe.streaming import stream_text_chunks
+    from halluprobe.detectors._streaming import stream_text_chunks
 
     if args.generate:
         yield from scorer.generate(
@@ -102,8 +102,8 @@ def _check_mode_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    from halluprobe.detector import Detector
-    from halluprobe.streaming import StreamingScorer
+    from halluprobe.detectors._detector import Detector
+    from halluprobe.detectors._streaming import StreamingScorer
 
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")

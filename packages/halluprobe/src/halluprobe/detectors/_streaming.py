@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from halluprobe.detector import Detector, Prediction
+from halluprobe.detectors._detector import Detector, Prediction
 
 
 @dataclass

@@ -25,8 +25,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from halluprobe.numeric import sigmoid
-from halluprobe.records import HEAD_STATS, POOLS, ExampleRecord
+from halluprobe._numeric import sigmoid
+from halluprobe.features._records import HEAD_STATS, POOLS, ExampleRecord
 
 
 def _auroc(scores, labels) -> float:

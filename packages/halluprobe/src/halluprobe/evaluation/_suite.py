@@ -28,7 +28,7 @@ import numpy as np
 from halubench_data import Dataset
 from halubench_data.schema import SPLITS
 
-from halluprobe.evaluation import (
+from halluprobe.evaluation._evaluation import (
     DatasetEvaluation,
     MethodScores,
     Metric,
@@ -39,7 +39,7 @@ from halluprobe.evaluation import (
     paired_test,
     transfer,
 )
-from halluprobe.protocol import ProbeFit
+from halluprobe.training._protocol import ProbeFit
 
 __all__ = [
     "ADDITIONS",
@@ -124,8 +124,8 @@ def evaluate_dataset(
     """
     from halubench_data import text_only_scores
 
-    from halluprobe.protocol import train_feature_sets
-    from halluprobe.training import published_scores
+    from halluprobe.training._protocol import train_feature_sets
+    from halluprobe.training._training import published_scores
 
     lab, grp = split_labels(ds)
     fits = train_feature_sets(list(feature_sets), order, records["train"], lab["train"], grp["train"],
@@ -186,7 +186,7 @@ def dataset_tests(
 
 def grouped_tests(tests: Sequence[PairedTest]) -> tuple[PairedTest, ...]:
     """Holm within each ``(family, key)``, ordered by family (additions, probe vs judge, vs text-only)."""
-    from halluprobe.tables import TEST_FAMILIES
+    from halluprobe.evaluation._tables import TEST_FAMILIES
 
     adjusted = holm_families(tests)
     families = [f for f, _ in TEST_FAMILIES]
@@ -243,8 +243,8 @@ def pooled_transfer(
     """
     from halubench_data import select_threshold
 
-    from halluprobe.protocol import train_feature_sets
-    from halluprobe.training import fit_published
+    from halluprobe.training._protocol import train_feature_sets
+    from halluprobe.training._training import fit_published
 
     recs = split_records(load, pooled)
     lab, grp = split_labels(pooled)
@@ -302,7 +302,7 @@ def _context_probe(plain, train, val, max_tokens: int, cs: Sequence[float] | Non
     and the threshold are chosen by validation span F1 (`choose_decoding`). ``cs``: the ``C`` grid
     (default `halluprobe.localisation.TOKEN_CS`).
     """
-    from halluprobe.localisation import TOKEN_CS, WINDOWS, choose_decoding, fit_token_probe
+    from halluprobe.localisation._localisation import TOKEN_CS, WINDOWS, choose_decoding, fit_token_probe
 
     wide = fit_token_probe(
         train, val, cs=TOKEN_CS if cs is None else cs, windows=[w for w in WINDOWS if w > 0],
@@ -340,7 +340,7 @@ def localisation_runs(
         dict[str, Any]: ``{"fit": {name: choices}, "chosen": name, "n_features": F, "results": [rows:
         method, task, SpanResult fields]}``.
     """
-    from halluprobe.localisation import (
+    from halluprobe.localisation._localisation import (
         choose_span_threshold,
         fit_token_probe,
         span_counts,
@@ -407,7 +407,7 @@ def localisation_runs(
 
 def _span_rows(name: str, scorer: _Scorer, tasks: Sequence[str], n_bootstrap: int) -> list[dict[str, Any]]:
     """One result row of a scorer on its test items pooled (``"all"``) and on each task."""
-    from halluprobe.localisation import evaluate_spans
+    from halluprobe.localisation._localisation import evaluate_spans
 
     fn, thr, gap, test = scorer
     rows = []
@@ -456,7 +456,7 @@ def task_cv_run(
         dict[str, Any]: ``{"fit": {name: {"view", "folds", "tasks": {task: choices}}}, "results": [rows]}`` in
         `localisation_runs`'s row format; ``val_token_auroc`` of each task is its out-of-fold AUROC.
     """
-    from halluprobe.localisation import TaskTokenProbes, fit_token_probe_cv
+    from halluprobe.localisation._localisation import TaskTokenProbes, fit_token_probe_cv
 
     name = (
         TASK_CV_NAME
@@ -495,7 +495,7 @@ def _pooled_scorer(probe, test: Sequence[Any]) -> _Scorer:
 
 def _task_probes(split, tasks: Sequence[str], view: str, context_tokens: int):
     """`TaskTokenProbes`: per task, the plain probe then its context probe, fitted on that task alone."""
-    from halluprobe.localisation import TaskTokenProbes, fit_token_probe
+    from halluprobe.localisation._localisation import TaskTokenProbes, fit_token_probe
 
     probes = {}
     for task in tasks:
@@ -511,7 +511,7 @@ def _task_probes(split, tasks: Sequence[str], view: str, context_tokens: int):
 
 def _span_f1(probe, examples: Sequence[Any]) -> float:
     """Micro character span F1 of a fitted token probe on ``examples`` (its threshold and gap)."""
-    from halluprobe.localisation import span_counts, span_prf
+    from halluprobe.localisation._localisation import span_counts, span_prf
 
     scores = [probe.decision_function(e.features) for e in examples]
     return float(span_prf(span_counts(examples, scores, probe.threshold, probe.gap).sum(0))[2])

@@ -40,7 +40,7 @@ import numpy as np
 from halubench_data.files import atomic_path, atomic_write_bytes
 from safetensors.numpy import load_file, save_file
 
-from halluprobe.records import ExampleRecord
+from halluprobe.features._records import ExampleRecord
 
 CACHE_FORMAT = 2
 """Version of the cache layout (2: content-keyed records, per-writer shards); another is rejected."""

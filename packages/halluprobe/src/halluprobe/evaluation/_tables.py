@@ -21,7 +21,7 @@ from typing import Any
 from halubench_data.files import atomic_write_text
 from halubench_data.metrics import markdown_table
 
-from halluprobe.evaluation import DatasetEvaluation, PairedTest, TransferResult
+from halluprobe.evaluation._evaluation import DatasetEvaluation, PairedTest, TransferResult
 
 __all__ = [
     "DATASET_NAMES",
@@ -340,7 +340,7 @@ def write_outputs(
     """
     import json
 
-    from halluprobe.report import plot_auroc_bars, plot_roc_grid
+    from halluprobe.evaluation._report import plot_auroc_bars, plot_roc_grid
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

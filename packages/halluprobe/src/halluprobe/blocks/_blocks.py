@@ -18,7 +18,7 @@ import numpy as np
 from flashstats_hf.logits import LOGIT_STAT_NAMES
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from halluprobe.records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
+from halluprobe.features._records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
 A7_CANDIDATES: tuple[str, ...] = tuple(
     f"{s}.{p}"
@@ -41,7 +41,7 @@ def _packaged_selection(block: str) -> tuple[str, ...]:
     """The features of the packaged default selection of ``block`` (``halluprobe/selections/``)."""
     from importlib import resources
 
-    text = resources.files("halluprobe").joinpath("selections", f"{block.lower()}.json").read_text()
+    text = resources.files("halluprobe.blocks").joinpath("selections", f"{block.lower()}.json").read_text()
     return tuple(json.loads(text)["features"])
 
 

@@ -1,0 +1,61 @@
+"""Detectors: a trained `Detector` (saved, loaded, scoring text), the published ones, streaming scoring.
+
+Names are imported on first use: importing this package does not import torch or scikit-learn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluprobe import _lazy
+
+if TYPE_CHECKING:
+    from halluprobe.detectors._detector import Detector, Prediction
+    from halluprobe.detectors._published import (
+        INTRYGUE,
+        RAUQ,
+        TOHA,
+        LLMCheckAttention,
+        LookbackLens,
+        LookbackLensHeads,
+        SinkProbe,
+        SinkRate,
+        mtopdiv,
+    )
+    from halluprobe.detectors._streaming import Follower, StreamingScorer, StreamUpdate, stream_text_chunks
+
+_EXPORTS = {
+    "_detector": ("Detector", "Prediction"),
+    "_published": (
+        "INTRYGUE",
+        "RAUQ",
+        "TOHA",
+        "LLMCheckAttention",
+        "LookbackLens",
+        "LookbackLensHeads",
+        "SinkProbe",
+        "SinkRate",
+        "mtopdiv",
+    ),
+    "_streaming": ("Follower", "StreamUpdate", "StreamingScorer", "stream_text_chunks"),
+}
+
+__all__ = [
+    "Detector",
+    "Follower",
+    "INTRYGUE",
+    "LLMCheckAttention",
+    "LookbackLens",
+    "LookbackLensHeads",
+    "Prediction",
+    "RAUQ",
+    "SinkProbe",
+    "SinkRate",
+    "StreamUpdate",
+    "StreamingScorer",
+    "TOHA",
+    "mtopdiv",
+    "stream_text_chunks",
+]
+
+__getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS, legacy="_published")

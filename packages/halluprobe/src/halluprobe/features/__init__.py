@@ -1,0 +1,72 @@
+"""Features of a proxy model's forward: the extractor, per-example records, the cache, per-token data, ranks.
+
+Names are imported on first use: importing this package does not import torch or scikit-learn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluprobe import _lazy
+
+if TYPE_CHECKING:
+    from halluprobe.features._cache import CacheRepairWarning, FeatureCache
+    from halluprobe.features._distributed import World, close_world, init_world, shard_batches
+    from halluprobe.features._extract import ProxyExtractor, extract_records, plan_batches
+    from halluprobe.features._records import (
+        HEAD_STATS,
+        MAX_SINKS,
+        POOLS,
+        ExampleRecord,
+        reduce_forward,
+        token_records,
+    )
+    from halluprobe.features._token_data import (
+        TOKEN_VIEWS,
+        TokenExample,
+        TokenStore,
+        token_examples,
+        token_features,
+        token_offsets,
+    )
+
+_EXPORTS = {
+    "_extract": ("ProxyExtractor", "extract_records", "plan_batches"),
+    "_cache": ("CacheRepairWarning", "FeatureCache"),
+    "_records": ("HEAD_STATS", "MAX_SINKS", "POOLS", "ExampleRecord", "reduce_forward", "token_records"),
+    "_distributed": ("World", "close_world", "init_world", "shard_batches"),
+    "_token_data": (
+        "TOKEN_VIEWS",
+        "TokenExample",
+        "TokenStore",
+        "token_examples",
+        "token_features",
+        "token_offsets",
+    ),
+}
+
+__all__ = [
+    "CacheRepairWarning",
+    "ExampleRecord",
+    "FeatureCache",
+    "HEAD_STATS",
+    "MAX_SINKS",
+    "POOLS",
+    "ProxyExtractor",
+    "TOKEN_VIEWS",
+    "TokenExample",
+    "TokenStore",
+    "World",
+    "close_world",
+    "extract_records",
+    "init_world",
+    "plan_batches",
+    "reduce_forward",
+    "shard_batches",
+    "token_examples",
+    "token_features",
+    "token_offsets",
+    "token_records",
+]
+
+__getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS)
