@@ -70,7 +70,7 @@ def workloads(seed: int = 0) -> dict[str, list[tuple[int, int]]]:
 
 def batches(pairs: list[tuple[int, int]], method: str) -> list[list[int]]:
     """The batches of a method: 8 (16 for the long16 workload) per forward, or the token budget."""
-    from halluprobe.extract import plan_batches
+    from halluprobe.features import plan_batches
 
     lengths = [p + a for p, a in pairs]
     if method == "packed-budget":

@@ -74,7 +74,7 @@ def _max_diff(a, b) -> float:
 def compare_caches(runs: list[Path]) -> list[str]:
     """One line per ``halluprobe extract`` output folder: bitwise equal to the first? worst differences."""
     import numpy as np
-    from halluprobe.cache import FeatureCache
+    from halluprobe.features import FeatureCache
 
     def load(run: Path) -> dict:
         return {r.id: r for r in FeatureCache(run / "cache", {}).load()}  # every record, in shard order

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from halluprobe.distributed import ATTENTION_TOKENS, shard_batches
+from halluprobe.features._distributed import ATTENTION_TOKENS, shard_batches
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

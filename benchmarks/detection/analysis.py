@@ -60,7 +60,7 @@ def _judge(name: str, ds) -> list:
 
 def _fit(name: str):
     from flashstats_hf import LOGIT_STAT_NAMES
-    from halluprobe import suite
+    from halluprobe.evaluation import _suite as suite
 
     inp, ds = _INPUTS[0], _INPUTS[0].datasets[name]
     recs = suite.split_records(inp.cache.load, ds)
@@ -70,7 +70,7 @@ def _fit(name: str):
 
 def _pooled(n_boot: int):
     from flashstats_hf import LOGIT_STAT_NAMES
-    from halluprobe import suite
+    from halluprobe.evaluation import _suite as suite
     from halubench_data import concat
 
     inp = _INPUTS[0]
@@ -88,7 +88,7 @@ def _pooled(n_boot: int):
 
 def _localisation(n_boot: int):
     from flashstats_hf import LOGIT_STAT_NAMES
-    from halluprobe import suite
+    from halluprobe.evaluation import _suite as suite
 
     split, tasks = _token_split("mean")
     logprob = split["train"][0][1].features.shape[1] - len(LOGIT_STAT_NAMES)  # first logit stat: logprob
@@ -98,7 +98,7 @@ def _localisation(n_boot: int):
 
 def _token_split(view: str) -> tuple[dict, list]:
     """``({split: [(task, TokenExample)]}, tasks)`` of the extracted RAGTruth tasks in one token view."""
-    from halluprobe.token_data import TokenStore
+    from halluprobe.features import TokenStore
 
     inp = _INPUTS[0]
     store, tasks = TokenStore(inp.work / "tokens"), [t for t in data.RAGTRUTH_TASKS if t in inp.done]
@@ -111,7 +111,7 @@ def _token_split(view: str) -> tuple[dict, list]:
 
 def _localisation_cv(n_boot: int):
     """Per-task token probes with every choice by 5-fold CV over train + validation (`suite.task_cv_run`)."""
-    from halluprobe import suite
+    from halluprobe.evaluation import _suite as suite
 
     view = "mean+hidden" if "mean+hidden" in _INPUTS[0].token_views else "mean"
     split, tasks = _token_split(view)
@@ -170,8 +170,7 @@ def analyze(
     ``token_views``: the feature views (`halluprobe.suite.VIEW_NAMES`) given a token probe beside the
     head-mean ones.
     """
-    from halluprobe import suite
-    from halluprobe.tables import write_outputs
+    from halluprobe.evaluation import _suite as suite, write_outputs
 
     ext = json.loads((Path(work) / "extract.json").read_text())
     done = set(ext.get("complete", data.ALL))

@@ -7,7 +7,7 @@ Usage: ``python benchmarks/detection/compare.py OLD/main.csv NEW/main.csv > delt
 import sys
 from pathlib import Path
 
-from halluprobe.tables import compare_markdown, read_csv
+from halluprobe.evaluation._tables import compare_markdown, read_csv
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

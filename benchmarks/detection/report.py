@@ -13,8 +13,14 @@ from pathlib import Path
 
 def rebuild(folder: Path) -> None:
     """Write ``main_table.md``, ``detection_auroc_bars.png``, ``cost.md`` and ``judge_selection.md``."""
-    from halluprobe.report import plot_auroc_bars
-    from halluprobe.tables import DATASET_NAMES, cost_markdown, judge_markdown, main_markdown, read_csv
+    from halluprobe.evaluation._report import plot_auroc_bars
+    from halluprobe.evaluation._tables import (
+        DATASET_NAMES,
+        cost_markdown,
+        judge_markdown,
+        main_markdown,
+        read_csv,
+    )
     from halubench_data import atomic_write_text
 
     rows = read_csv(folder / "main.csv")

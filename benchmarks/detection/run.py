@@ -61,7 +61,7 @@ def phase_extract(args) -> None:
     from extraction import TimedExtractor
     from flashstats_hf import load_model
     from halluprobe import FeatureCache, ProxyExtractor, extract_records, induction_scores
-    from halluprobe.token_data import TokenStore
+    from halluprobe.features import TokenStore
 
     datasets = data.load(args.data)
     model, tok = load_model(_model_folder(args), device=args.device, dtype=_dtype(args))

@@ -34,7 +34,7 @@ def test_reference_page_generates_every_tool(module):
 def test_predict_json_example_has_the_documented_keys():
     import json
 
-    from halluprobe._cli_schemas import PREDICT
+    from halluprobe.cli._schemas import PREDICT
 
     text = (DOCS / "guide" / "cli.md").read_text()
     (example,) = re.findall(r'^`(\{"id": .*\})`$', text, re.MULTILINE)

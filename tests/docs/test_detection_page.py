@@ -6,7 +6,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_detection_page_is_the_rendering_of_the_results_folder():
-    from halluprobe.results_page import render
+    from halluprobe.evaluation._results_page import render
 
     page = (ROOT / "docs" / "results" / "detection.md").read_text()
     fix = "run `uv run python docs/scripts/detection_page.py`"

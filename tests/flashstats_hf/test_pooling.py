@@ -25,7 +25,7 @@ def test_pool_tokens_matches_the_reference_with_and_without_mask(t):
 
 
 def test_halluprobe_records_pool_through_the_helper():
-    from halluprobe.records import POOLS, pool
+    from halluprobe.features._records import POOLS, pool
 
     assert POOLS is POOL_NAMES
     x = torch.randn(3, 4, 9)

@@ -6,7 +6,7 @@ import torch
 from flashstats_hf import LOGIT_STAT_NAMES
 from flashstats_hf.types import ForwardStats
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
-from halluprobe.records import HEAD_STATS, MAX_SINKS, ExampleRecord
+from halluprobe.features import HEAD_STATS, MAX_SINKS, ExampleRecord
 
 LOGIT_NAMES = LOGIT_STAT_NAMES
 
@@ -113,7 +113,7 @@ class CharTokenizer:
 
 
 def _char_extractor_class():
-    from halluprobe.extract import ProxyExtractor
+    from halluprobe.features import ProxyExtractor
 
     class CharExtractor(ProxyExtractor):
         """A ProxyExtractor that encodes ``[BOS] context question answer`` one character per token."""
@@ -138,15 +138,15 @@ def char_extractor():
 def char_proxy(char_llama, monkeypatch):
     """Every CLI command runs on ``char_llama`` with character tokens instead of loading SmolLM2.
 
-    Patches the proxy loader (``flashstats_hf.load_model``) and ``halluprobe.extract.ProxyExtractor``,
-    which `halluprobe.cli` and `halluprobe.Detector` look up when they run.
+    Patches the proxy loader (``flashstats_hf.load_model``) and the ``ProxyExtractor`` of
+    ``halluprobe.features._extract``, which `halluprobe.cli` and `halluprobe.Detector` look up when they run.
     """
     import flashstats_hf
-    import halluprobe.extract
+    import halluprobe.features._extract
 
     def load_model(proxy=None, device=None):
         return char_llama, CharTokenizer()
 
     monkeypatch.setattr(flashstats_hf, "load_model", load_model)
-    monkeypatch.setattr(halluprobe.extract, "ProxyExtractor", _char_extractor_class())
+    monkeypatch.setattr(halluprobe.features._extract, "ProxyExtractor", _char_extractor_class())
     return char_llama

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 from halluprobe.cli import main
-from halluprobe.detector import Detector
-from halluprobe.localisation import TokenExample, fit_token_probe, token_features, token_offsets
-from halluprobe.protocol import fit_blocks, make_blocks
-from halluprobe.records import reduce_forward
+from halluprobe.detectors import Detector
+from halluprobe.features import TokenExample, reduce_forward, token_features, token_offsets
+from halluprobe.localisation import fit_token_probe
+from halluprobe.training import fit_blocks, make_blocks
 
 TRIPLES = [
     ("Ada lives in Lyon.", "Where?", "Ada lives in Rome."),
@@ -176,7 +176,7 @@ def test_cli_predict_input_that_is_not_utf8_names_the_file_and_line(tmp_path, ca
 
 
 def test_read_triples_ids_default_to_the_line_number(tmp_path):
-    from halluprobe._cli_inputs import read_triples
+    from halluprobe.cli._inputs import read_triples
 
     src = tmp_path / "answers.jsonl"
     rows = [{"context": "c", "answer": "a", "id": None}, {"context": "c", "answer": "b"}]
@@ -206,7 +206,7 @@ def test_cli_predict_needs_one_input_form(tmp_path, capsys):
 def test_token_examples_align_features_offsets_and_gold(ext):
     from types import SimpleNamespace
 
-    from halluprobe.localisation import token_examples
+    from halluprobe.features import token_examples
     from halubench_data import Span
 
     items = [
@@ -227,7 +227,7 @@ def test_token_examples_align_features_offsets_and_gold(ext):
 def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, char_extractor, tmp_path):
     from types import SimpleNamespace
 
-    from halluprobe.localisation import TokenStore
+    from halluprobe.features import TokenStore
     from halubench_data import Span
 
     store = TokenStore(tmp_path / "tokens")
@@ -251,8 +251,8 @@ def test_extractor_token_store_writes_what_the_token_probe_reads(char_llama, cha
 
 
 def test_token_views_are_blocks_of_the_recorded_forward(ext):
-    from halluprobe.localisation import TOKEN_VIEWS, compose_view, token_parts
-    from halluprobe.records import head_series
+    from halluprobe.features._records import head_series
+    from halluprobe.features._token_data import TOKEN_VIEWS, compose_view, token_parts
 
     _, _, fs, recs = _examples(ext, TRIPLES[:2])
     a = recs[1].answer_len
@@ -313,7 +313,7 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     # a saved view the package does not know is refused at load
     doc = json.loads((tmp_path / "d" / "detector.json").read_text())
     doc["token_probe"]["view"] = "every head"
-    from halluprobe import detector_file as dfile
+    from halluprobe.detectors import _detector_file as dfile
 
     doc.pop("integrity")
     doc["integrity"] = dfile.document_digest(doc)
@@ -325,7 +325,7 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
 def test_token_store_refuses_incomplete_parts_and_old_files(tmp_path):
     from types import SimpleNamespace
 
-    from halluprobe.localisation import TokenStore
+    from halluprobe.features import TokenStore
 
     store = TokenStore(tmp_path)
     parts = {k: np.ones((3, 2), np.float32) for k in ("mean", "heads", "hidden", "logits")}

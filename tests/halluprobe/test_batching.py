@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from halluprobe.extract import plan_batches
+from halluprobe.features import plan_batches
 
 
 @pytest.mark.parametrize("window", [None, 1, 7, 50])

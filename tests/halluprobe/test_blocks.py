@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
-from halluprobe.blocks import (
+from halluprobe.blocks._blocks import (
     A7_CANDIDATES,
     A7_SELECTION,
     L9_CANDIDATES,
@@ -13,7 +13,7 @@ from halluprobe.blocks import (
     block_from_state,
     parse_feature_set,
 )
-from halluprobe.records import HEAD_STATS, POOLS
+from halluprobe.features import HEAD_STATS, POOLS
 
 
 def _records(factory, n, seed=0, **kw):
@@ -44,7 +44,7 @@ def test_a7_candidates_are_the_papers_22():
 def test_packaged_selections_say_how_they_were_obtained():
     from importlib import resources
 
-    from halluprobe.selection import Selection
+    from halluprobe.blocks import Selection
 
     for block, n, default in (("A7", 7, A7_SELECTION), ("L9", 9, L9_SELECTION)):
         path = resources.files("halluprobe").joinpath("selections", f"{block.lower()}.json")

@@ -3,8 +3,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from halluprobe.cache import CacheRepairWarning, FeatureCache
-from halluprobe.extract import extract_records
+from halluprobe.features import CacheRepairWarning, FeatureCache, extract_records
 
 
 @dataclass

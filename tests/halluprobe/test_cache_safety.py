@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from halluprobe.cache import STALE_TMP_SECONDS, CacheRepairWarning, FeatureCache
-from halluprobe.extract import extract_records
+from halluprobe.features import extract_records
+from halluprobe.features._cache import STALE_TMP_SECONDS, CacheRepairWarning, FeatureCache
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def test_orphan_tmp_files_are_removed(tmp_path, record_factory):
 
 
 def _writer(root: str, start: int, n: int) -> None:
-    from halluprobe.records import ExampleRecord
+    from halluprobe.features import ExampleRecord
 
     rng = np.random.default_rng(start)
     cache = FeatureCache(root, {"p": "same"})

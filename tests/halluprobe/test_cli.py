@@ -4,7 +4,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from halluprobe.cli import DEFAULT_TRAIN_LIMIT, build_parser, main, parse_layers, parse_limit
+from halluprobe.cli._main import DEFAULT_TRAIN_LIMIT, build_parser, main, parse_layers, parse_limit
 
 
 def test_parser_builds_without_heavy_imports():
@@ -23,7 +23,7 @@ def test_parser_builds_without_heavy_imports():
 def test_help_of_every_command():
     for cmd in ([], ["train"], ["extract"], ["select-a7"], ["select-l9"], ["evaluate"], ["predict"]):
         out = subprocess.run(
-            [sys.executable, "-m", "halluprobe.cli", *cmd, "--help"],
+            [sys.executable, "-m", "halluprobe", *cmd, "--help"],
             capture_output=True,
             text=True,
             check=True,
@@ -52,8 +52,8 @@ def test_train_defaults_and_options():
 
 
 def test_selection_commands_and_train_options(tmp_path):
-    from halluprobe.cli import _selections
-    from halluprobe.selection import Selection
+    from halluprobe.blocks import Selection
+    from halluprobe.cli._main import _selections
 
     a7 = build_parser().parse_args(["select-a7"])
     assert (a7.split, a7.n_features, a7.out) == ("train", 7, "runs/select")
@@ -242,7 +242,7 @@ def test_bad_numbers_are_refused_before_the_proxy_loads(tmp_path, capsys, monkey
 
 
 def test_the_verdict_line_shows_probability_and_threshold_apart():
-    from halluprobe._cli_schemas import verdict_line
+    from halluprobe.cli._schemas import verdict_line
 
     assert verdict_line(0.8123, 0.5, 1) == "p(hallucinated) = 0.812  threshold 0.500  -> hallucinated"
     # both round to 0.499 at three decimals: more digits, so the verdict is not a puzzle

@@ -5,8 +5,7 @@ Each document is parsed from stdout alone; step messages must stay on stderr.
 
 import json
 
-from halluprobe import _cli_schemas as schemas
-from halluprobe.cli import main
+from halluprobe.cli import _schemas as schemas, main
 
 
 def _json(argv, capsys):

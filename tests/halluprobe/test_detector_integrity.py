@@ -15,10 +15,10 @@ import threading
 import numpy as np
 import pytest
 from halluprobe.cli import main
-from halluprobe.detector import Detector
-from halluprobe.detector_file import document_digest
-from halluprobe.protocol import fit_blocks, make_blocks
-from halluprobe.records import reduce_forward
+from halluprobe.detectors import Detector
+from halluprobe.detectors._detector_file import document_digest
+from halluprobe.features import reduce_forward
+from halluprobe.training import fit_blocks, make_blocks
 from safetensors.numpy import load_file, save_file
 
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from halluprobe.detectors import (
+from halluprobe.detectors._published import (
     INTRYGUE,
     RAUQ,
     TOHA,
@@ -18,7 +18,7 @@ from halluprobe.detectors import (
     sink_matrix,
     toha_matrix,
 )
-from halluprobe.records import HEAD_STATS
+from halluprobe.features import HEAD_STATS
 from scipy.sparse.csgraph import minimum_spanning_tree
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -275,7 +275,7 @@ def test_every_detector_predict_proba_is_n_by_2_and_agrees_with_predict(det):
 
 
 def test_platt_slope_fits_the_known_logistic_slope():
-    from halluprobe.detectors import _platt_slope
+    from halluprobe.detectors._published import _platt_slope
 
     rng = np.random.default_rng(7)
     z = rng.normal(size=20_000)

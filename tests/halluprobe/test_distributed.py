@@ -11,10 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from halluprobe.cache import FeatureCache
-from halluprobe.distributed import World, batch_cost, shard_batches
-from halluprobe.extract import extract_records
-from halluprobe.records import ExampleRecord
+from halluprobe.features import ExampleRecord, FeatureCache, extract_records
+from halluprobe.features._distributed import World, batch_cost, shard_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 

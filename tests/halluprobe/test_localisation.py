@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-from halluprobe.localisation import (
+from halluprobe.localisation._localisation import (
     TokenExample,
     char_mask,
     choose_decoding,
@@ -21,7 +21,7 @@ from halluprobe.localisation import (
     span_prf,
     token_offsets,
 )
-from halluprobe.spans import _CharIndex
+from halluprobe.localisation._spans import _CharIndex
 from halubench_data import Span
 
 # "Ada lives in Rome." as 5 tokens

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 from flashstats_hf import ATTN_IMPLEMENTATION
+from halluprobe.blocks import induction_scores, rank_heads
 from halluprobe.detectors import mtopdiv
-from halluprobe.extract import ProxyExtractor
-from halluprobe.induction import induction_scores, rank_heads
-from halluprobe.records import HEAD_STATS, reduce_forward
-from halluprobe.toha import dense_mtopdiv
+from halluprobe.features import HEAD_STATS, ProxyExtractor, reduce_forward
+from halluprobe.features._toha import dense_mtopdiv
 from transformers import LlamaConfig, LlamaForCausalLM
 
 

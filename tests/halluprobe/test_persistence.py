@@ -2,10 +2,10 @@ import json
 
 import numpy as np
 import pytest
-from halluprobe.detector import FORMAT_VERSION, Detector
-from halluprobe.detector_file import document_digest
-from halluprobe.protocol import fit_blocks, make_blocks
-from halluprobe.records import reduce_forward, token_records
+from halluprobe.detectors._detector import FORMAT_VERSION, Detector
+from halluprobe.detectors._detector_file import document_digest
+from halluprobe.features import reduce_forward, token_records
+from halluprobe.training import fit_blocks, make_blocks
 
 
 def _records_from_forwards(forward_factory, n_batches, seed0):

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 from halluprobe.blocks import A7_SELECTION, A7Block
-from halluprobe.protocol import CS, fit_blocks, select_heads, select_sink_count, train_feature_sets
-from halluprobe.records import HEAD_STATS, POOLS
+from halluprobe.features import HEAD_STATS, POOLS
+from halluprobe.training import CS, fit_blocks, select_heads, select_sink_count, train_feature_sets
 
 SIGNAL = [(HEAD_STATS.index(f.split(".")[0]), POOLS.index(f.split(".")[1])) for f in A7_SELECTION]
 
@@ -90,7 +90,7 @@ def test_train_feature_sets_end_to_end(record_factory):
 
 def test_addition_tests_are_holm_corrected():
     from halluprobe.evaluation import MethodScores, evaluate_methods
-    from halluprobe.training import addition_tests
+    from halluprobe.training._training import addition_tests
     from halubench_data.metrics import holm, paired_bootstrap
 
     rng = np.random.default_rng(7)

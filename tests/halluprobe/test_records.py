@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from halluprobe.records import HEAD_STATS, MAX_SINKS, lookback_ratio, pool, reduce_forward
+from halluprobe.features._records import HEAD_STATS, MAX_SINKS, lookback_ratio, pool, reduce_forward
 
 
 def test_pool_matches_numpy():

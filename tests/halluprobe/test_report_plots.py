@@ -1,7 +1,7 @@
 """The ROC and precision-recall plots of ``halluprobe train``: AUC in the legend, a colour per method."""
 
 import numpy as np
-from halluprobe.report import curve_entries, plot_curves
+from halluprobe.evaluation._report import curve_entries, plot_curves
 from halubench_data.metrics import auroc
 from sklearn.metrics import average_precision_score
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
 from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, L9Block
-from halluprobe.protocol import train_feature_sets
-from halluprobe.records import HEAD_STATS, POOLS
-from halluprobe.selection import Selection, cv_auroc, forward_select, select_a7, select_l9
+from halluprobe.blocks._selection import Selection, cv_auroc, forward_select, select_a7, select_l9
+from halluprobe.features import HEAD_STATS, POOLS
+from halluprobe.training import train_feature_sets
 
 
 def _records(factory, n, seed=0):

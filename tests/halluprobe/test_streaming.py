@@ -14,10 +14,9 @@ import torch
 from flashstats_hf import ATTN_IMPLEMENTATION, format_prompt
 from halluprobe import Detector, StreamingScorer
 from halluprobe.cli import main
-from halluprobe.extract import ProxyExtractor
-from halluprobe.protocol import fit_blocks, make_blocks
-from halluprobe.records import reduce_forward
-from halluprobe.streaming import stream_text_chunks
+from halluprobe.detectors import stream_text_chunks
+from halluprobe.features import ProxyExtractor, reduce_forward
+from halluprobe.training import fit_blocks, make_blocks
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -194,7 +193,7 @@ def test_stdin_that_is_not_utf8_names_answer_dash(monkeypatch):
     import os
     import sys
 
-    from halluprobe._cli_stream import _stdin_chunks
+    from halluprobe.cli._stream import _stdin_chunks
     from halubench_data.clikit import UsageError
 
     r, w = os.pipe()

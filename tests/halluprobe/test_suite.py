@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
-from halluprobe import suite, tables
-from halluprobe.evaluation import MethodScores, PairedTest
+from halluprobe.evaluation import MethodScores, PairedTest, _suite as suite, _tables as tables
 from halubench_data import Dataset, build_default, concat
 
 SETS = ("A7", "L9", "A7L9")
@@ -118,7 +117,7 @@ def test_cross_task_and_pooled_transfer(two_tasks, record_factory):
 
 
 def _tokens(rng, n, task):
-    from halluprobe.localisation import TokenExample
+    from halluprobe.features import TokenExample
 
     out = []
     for i in range(n):
@@ -177,7 +176,7 @@ def test_localisation_runs_and_tables(tmp_path, two_tasks, record_factory):
 
 
 def test_results_page_renders_a_written_folder(tmp_path, two_tasks, record_factory):
-    from halluprobe.results_page import render
+    from halluprobe.evaluation._results_page import render
 
     with pytest.raises(FileNotFoundError, match=r"main\.csv"):
         render(tmp_path)
@@ -204,7 +203,7 @@ def test_results_page_renders_a_written_folder(tmp_path, two_tasks, record_facto
 
 
 def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
-    from halluprobe.localisation import TokenExample
+    from halluprobe.features import TokenExample
 
     rng = np.random.default_rng(7)
     split = {s: _tokens(rng, n, "a") for s, n in (("train", 40), ("validation", 20), ("test", 20))}
@@ -238,7 +237,7 @@ def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
 
 def _opposite_tasks(rng) -> dict:
     """Splits of two tasks whose token signal has opposite signs (task "b": the signal column negated)."""
-    from halluprobe.localisation import TokenExample
+    from halluprobe.features import TokenExample
 
     def flipped(items):
         return [(t, TokenExample(e.features * np.array([-1.0, 1.0], np.float32), e.offsets, e.gold, e.group))
@@ -272,7 +271,7 @@ def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
 
 
 def test_cross_validated_task_probes_fit_on_train_and_validation_and_score_test_once():
-    from halluprobe.localisation import TokenExample
+    from halluprobe.features import TokenExample
 
     split = _opposite_tasks(np.random.default_rng(9))
     run = suite.task_cv_run(split, ["a", "b"], view="mean", folds=4, n_bootstrap=10, cs=(0.01, 1.0))

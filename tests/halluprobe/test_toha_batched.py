@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from halluprobe.detectors import mtopdiv
-from halluprobe.toha import mtopdiv_batched
+from halluprobe.features._toha import mtopdiv_batched
 
 
 def _rows(n, r, length, seed):

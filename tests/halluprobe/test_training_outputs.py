@@ -51,7 +51,7 @@ def test_published_scorers_transfer_to_other_records(record_factory):
 
 
 def _token_split(rng, n):
-    from halluprobe.localisation import TokenExample
+    from halluprobe.features import TokenExample
 
     out = []
     for i in range(n):
@@ -78,7 +78,7 @@ def _train_with_tokens(tmp_path, record_factory, char_llama, seed: int, **token_
 
 
 def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factory, char_llama):
-    from halluprobe.detector import Detector
+    from halluprobe.detectors import Detector
 
     _, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 3, token_view="heads+hidden")
     assert loc["token_auroc"] > 0.8 and 0 < loc["span_f1"] <= 1 and loc["n_answers"] == 20
@@ -90,7 +90,7 @@ def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factor
 
 def test_train_with_cross_validated_token_probe(tmp_path, record_factory, char_llama):
     """``token_cv``: the token probe's choices by group CV over train + validation, fitted on both."""
-    from halluprobe.detector import Detector
+    from halluprobe.detectors import Detector
     from halluprobe.localisation import fit_token_probe_cv
 
     tokens, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 4, token_view="mean", token_cv=4)

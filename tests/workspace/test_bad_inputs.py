@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from halluprobe.cli import main as probe_main, parse_layers
+from halluprobe.cli._main import main as probe_main, parse_layers
 from halubench_data.cli import main as data_main
 from halujudge.cli import main as judge_main
 

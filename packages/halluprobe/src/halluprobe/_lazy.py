@@ -96,6 +96,8 @@ def attach(
     Returns:
         ``(__getattr__, __dir__)`` for the subpackage's namespace.
     """
+    if any(isinstance(names, str) for names in exports.values()):
+        raise TypeError(f"{package}: exports maps a module to a sequence of names, not to one string")
     where = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str) -> Any:

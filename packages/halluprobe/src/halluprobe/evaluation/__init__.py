@@ -39,7 +39,7 @@ _EXPORTS = {
         "write_results",
     ),
     "_suite": ("DatasetRun", "evaluate_dataset", "localisation_runs"),
-    "_tables": ("write_outputs"),
+    "_tables": ("write_outputs",),
 }
 
 __all__ = [
