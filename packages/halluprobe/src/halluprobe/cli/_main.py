@@ -327,7 +327,7 @@ def cmd_extract(args) -> int:
 
 def _token_examples(ds, ext, args) -> dict:
     """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
-    from halluprobe.features._token_data import token_examples
+    from halluprobe.features._token_examples import token_examples
 
     if not any(ex.spans for ex in ds.split("train")):
         raise clikit.UsageError(

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
         TOKEN_VIEWS,
         TokenExample,
         TokenStore,
-        token_examples,
         token_features,
         token_offsets,
     )
+    from halluprobe.features._token_examples import token_examples
 
 _EXPORTS = {
     "_extract": ("ProxyExtractor", "extract_records", "plan_batches"),
@@ -39,10 +39,10 @@ _EXPORTS = {
         "TOKEN_VIEWS",
         "TokenExample",
         "TokenStore",
-        "token_examples",
         "token_features",
         "token_offsets",
     ),
+    "_token_examples": ("token_examples",),
 }
 
 __all__ = [

@@ -5,7 +5,8 @@ statistics of every scored layer (`halluprobe.records.HEAD_STATS`) averaged over
 head, the recorded hidden states and the logit statistics. A view (`TOKEN_VIEWS`) is a concatenation
 of some of them (`compose_view`, `token_features`). `token_offsets` places each token in the answer's
 characters; `TokenExample` pairs an answer's features with its annotated characters; `TokenStore`
-keeps the blocks of many answers on disk during extraction. The token probe, span decoding and the
+keeps the blocks of many answers on disk during extraction (`token_examples` runs an extractor over
+examples to build them, in `halluprobe.features`). The token probe, span decoding and the
 span metric are in `halluprobe.localisation`.
 """
 
@@ -22,8 +23,6 @@ from halubench_data import Span
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats
 
-    from halluprobe.features._extract import ProxyExtractor
-
 __all__ = [
     "TOKEN_PARTS",
     "TOKEN_VIEWS",
@@ -32,7 +31,6 @@ __all__ = [
     "char_mask",
     "check_view",
     "compose_view",
-    "token_examples",
     "token_features",
     "token_offsets",
     "token_parts",
@@ -198,35 +196,6 @@ class TokenExample:
     def labels(self) -> np.ndarray:
         """``[A] int64``: 1 when the token overlaps an annotated character."""
         return np.array([self.gold[a:b].any() if b > a else False for a, b in self.offsets], dtype=np.int64)
-
-
-def token_examples(
-    examples: Sequence, ext: ProxyExtractor, *, batch_size: int = 8, view: str = "mean"
-) -> list[TokenExample]:
-    """Per-token features, character offsets and annotated characters of halubench-data examples.
-
-    Args:
-        examples: `halubench_data.Example`s (their ``spans`` mark the hallucinated characters).
-        ext: a `halluprobe.ProxyExtractor` (its eager recorded forward is used, batched by length).
-        batch_size: examples per forward.
-        view: The features (`TOKEN_VIEWS`); ``+hidden`` views use the extractor's ``hidden_layers``.
-
-    Returns:
-        One `TokenExample` per example, in input order.
-    """
-    from halluprobe.features._extract import plan_batches
-
-    check_view(view)
-    encoded = [ext.encode(ex) for ex in examples]
-    out: list[TokenExample | None] = [None] * len(examples)
-    for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
-        fs = ext.forward([encoded[i] for i in idx])
-        for b, i in enumerate(idx):
-            (ids, start), ex = encoded[i], examples[i]
-            feats = token_features(fs, b, int(fs.answer_len[b]), view)
-            offsets = token_offsets(ext.tokenizer, ex.answer, ids[start:])
-            out[i] = TokenExample(feats, offsets, char_mask(ex.spans, len(ex.answer)), str(ex.group))
-    return [e for e in out if e is not None]
 
 
 @dataclass(frozen=True)

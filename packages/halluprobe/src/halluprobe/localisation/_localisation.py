@@ -45,11 +45,11 @@ from halluprobe.features._token_data import (
     char_mask,
     check_view,
     compose_view,
-    token_examples,
     token_features,
     token_offsets,
     token_parts,
 )
+from halluprobe.features._token_examples import token_examples
 
 # span decoding and the span metric, re-exported: `halluprobe.spans` defines them
 from halluprobe.localisation._spans import (
