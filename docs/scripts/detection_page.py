@@ -1,6 +1,6 @@
 """Write docs/results/detection.md (and its two figures) from benchmarks/results/detection/.
 
-The page is `render` of halluprobe's evaluation results page of the results folder; the figures are the run's own PNGs.
+The page renders the results folder (halluprobe's evaluation); the figures are the run's own PNGs.
 Run from the repository root after a detection run: ``uv run python docs/scripts/detection_page.py``.
 """
 

@@ -1,4 +1,4 @@
-"""The detection results page, generated from a results folder that `halluprobe.evaluation.write_outputs` filled.
+"""The detection results page, made from a results folder that `halluprobe.evaluation.write_outputs` filled.
 
 `render` reads ``main.csv``, ``tests.csv``, ``transfer.csv``, ``localisation.csv``, ``selection.json``,
 ``judge.json``, ``extract.json`` and ``cost.json`` and returns the Markdown of the page: every number on it
