@@ -47,7 +47,7 @@ def test_packaged_selections_say_how_they_were_obtained():
     from halluprobe.blocks import Selection
 
     for block, n, default in (("A7", 7, A7_SELECTION), ("L9", 9, L9_SELECTION)):
-        path = resources.files("halluprobe").joinpath("selections", f"{block.lower()}.json")
+        path = resources.files("halluprobe.blocks").joinpath("selections", f"{block.lower()}.json")
         sel = Selection.load(path, block)
         assert sel.features == default and len(sel.features) == n
         prov = sel.provenance

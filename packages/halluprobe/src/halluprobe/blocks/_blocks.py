@@ -38,7 +38,7 @@ the top-k probability at every rank up to 50."""
 
 
 def _packaged_selection(block: str) -> tuple[str, ...]:
-    """The features of the packaged default selection of ``block`` (``halluprobe/selections/``)."""
+    """The features of the packaged default selection of ``block`` (``halluprobe/blocks/selections/``)."""
     from importlib import resources
 
     text = resources.files("halluprobe.blocks").joinpath("selections", f"{block.lower()}.json").read_text()
@@ -47,11 +47,11 @@ def _packaged_selection(block: str) -> tuple[str, ...]:
 
 A7_SELECTION: tuple[str, ...] = _packaged_selection("A7")
 """The seven A7 features used by default: chosen once by `halluprobe.selection.select_a7` and
-stored with how they were obtained in ``halluprobe/selections/a7.json`` (see its ``provenance``)."""
+stored with how they were obtained in ``halluprobe/blocks/selections/a7.json`` (see its ``provenance``)."""
 
 L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
 """The nine L9 features used by default, selected once by `halluprobe.selection.select_l9` and
-frozen (``halluprobe/selections/l9.json``); never refit on a training split."""
+frozen (``halluprobe/blocks/selections/l9.json``); never refit on a training split."""
 
 BLOCK_NAMES: tuple[str, ...] = ("A7", "A64", "H64", "L9")
 """Block names in the canonical order of a feature set."""

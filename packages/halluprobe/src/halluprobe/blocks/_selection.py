@@ -17,7 +17,7 @@ the selection. Here:
   wins (ties to the smaller ``C``).
 
 A `Selection` is saved as JSON with its provenance; the packaged defaults are
-``halluprobe/selections/a7.json`` and ``l9.json``.
+``halluprobe/blocks/selections/a7.json`` and ``l9.json``.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             f"--{block}-selection", default=None, metavar="FILE",
             help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
-            "selection, halluprobe/selections/" + f"{block}.json)",
+            "selection, halluprobe/blocks/selections/" + f"{block}.json)",
         )  # fmt: skip
     clikit.add_json_arg(p, schemas.TRAIN)
     for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
