@@ -6,7 +6,7 @@ drawn from ``benchmarks/results/length_mix.json`` (``length_mix.py``). Providers
 
 - ``padded-b8``: the extraction before issue 17: sorted by length, 8 examples per left-padded forward;
 - ``packed-b8``: the same batches, each packed into one sequence (``record_forward(pack=True)``);
-- ``packed-budget``: batches of :func:`halluprobe.extract.plan_batches` with a 16384-token budget.
+- ``packed-budget``: batches of :func:`halluprobe.features.plan_batches` with a 16384-token budget.
 
 Each is timed over the whole workload after a warm pass (Triton compiled, tile candidate 0 pinned), with
 the peak memory above the weights. ``--phase warm`` only compiles; ``--phase time`` measures and also

@@ -2,7 +2,7 @@
 
 Reads ``results/packing_batches.csv`` (the time of every packed forward of the RAGTruth mix on the
 H200, SmolLM2 shape, ``packing.py``), assigns the forwards to ranks with
-:func:`halluprobe.distributed.shard_batches` on the cost model (from token lengths only), and reports
+:func:`halluprobe.features.shard_batches` on the cost model (from token lengths only), and reports
 each rank's measured busy time. The efficiency ``T1 / (N * max rank time)`` bounds the real scaling
 from above: it leaves out start-up, the merge and any interference between devices. Writes
 ``results/sharding_balance.md``.

@@ -1,4 +1,4 @@
-"""Analysis phase: every method on every dataset through `halluprobe.suite`, written by `halluprobe.tables`.
+"""Analysis phase: every method on every dataset through `halluprobe.evaluation`, and its tables.
 
 Nothing here looks at test labels before the final scoring: the probes follow halluprobe's protocol, the
 published detectors and the text-only baselines choose their settings on validation, the judge's template
@@ -167,7 +167,7 @@ def analyze(
 ) -> None:  # fmt: skip
     """The whole analysis into ``out``, written after the fits, the transfer and the localisation.
 
-    ``token_views``: the feature views (`halluprobe.suite.VIEW_NAMES`) given a token probe beside the
+    ``token_views``: the feature views (`VIEW_NAMES` of the evaluation suite) given a token probe beside the
     head-mean ones.
     """
     from halluprobe.evaluation import _suite as suite, write_outputs

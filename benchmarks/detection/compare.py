@@ -1,7 +1,7 @@
 """The change in every number of the main detection table between two runs (``main.csv`` files).
 
 Usage: ``python benchmarks/detection/compare.py OLD/main.csv NEW/main.csv > delta.md``
-(`halluprobe.tables.compare_markdown`).
+(`halluprobe.evaluation._tables.compare_markdown`).
 """
 
 import sys

@@ -1,4 +1,4 @@
-"""Rebuild a results folder's Markdown tables and AUROC bars from its CSV/JSON alone (`halluprobe.tables`).
+"""Rebuild a results folder's Markdown tables and AUROC bars from its CSV/JSON alone (halluprobe.evaluation).
 
 Used when a run's analysis wrote ``main.csv``, ``judge.json``, ``extract.json`` and ``cost.json`` but stopped
 before its report. Usage: ``python benchmarks/detection/report.py RESULTS_FOLDER``.

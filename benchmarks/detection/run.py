@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token-views", default="mean+hidden",
         help="comma-separated token feature views given a token probe beside the head-mean ones "
-        "(halluprobe.suite.VIEW_NAMES; empty for none)",
+        "(halluprobe.evaluation._suite.VIEW_NAMES; empty for none)",
     )  # fmt: skip
     return p
 

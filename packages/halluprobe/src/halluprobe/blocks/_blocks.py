@@ -46,11 +46,11 @@ def _packaged_selection(block: str) -> tuple[str, ...]:
 
 
 A7_SELECTION: tuple[str, ...] = _packaged_selection("A7")
-"""The seven A7 features used by default: chosen once by `halluprobe.selection.select_a7` and
+"""The seven A7 features used by default: chosen once by `halluprobe.blocks.select_a7` and
 stored with how they were obtained in ``halluprobe/blocks/selections/a7.json`` (see its ``provenance``)."""
 
 L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
-"""The nine L9 features used by default, selected once by `halluprobe.selection.select_l9` and
+"""The nine L9 features used by default, selected once by `halluprobe.blocks.select_l9` and
 frozen (``halluprobe/blocks/selections/l9.json``); never refit on a training split."""
 
 BLOCK_NAMES: tuple[str, ...] = ("A7", "A64", "H64", "L9")
@@ -249,7 +249,7 @@ class L9Block(Block):
     """Pooled logit statistics, a fixed selection of `L9_CANDIDATES` (nothing fitted per split).
 
     The paper selects its nine once and reuses them on every dataset and proxy (Appendix L.1); the
-    default is the packaged selection `L9_SELECTION` (`halluprobe.selection.select_l9`).
+    default is the packaged selection `L9_SELECTION` (`halluprobe.blocks.select_l9`).
     Config: ``features`` (names ``"<statistic>.<pool>"`` from `L9_CANDIDATES`).
     """
 

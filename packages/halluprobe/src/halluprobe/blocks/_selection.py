@@ -217,7 +217,7 @@ def select_a7(
         "A7",
         tuple(A7_CANDIDATES[j] for j in chosen),
         {"procedure": "K by grouped CV AUROC of all 22 candidates, then forward selection by grouped CV "
-         "AUROC (halluprobe.selection.select_a7)", "K": best_k, "K_cv_auroc": k_scores, "path": path,
+         "AUROC (halluprobe.blocks.select_a7)", "K": best_k, "K_cv_auroc": k_scores, "path": path,
          "folds": folds, "cs": list(CS), "n_examples": len(y), "n_groups": len(set(groups))},
     )  # fmt: skip
 
@@ -252,7 +252,7 @@ def select_l9(
         "L9",
         tuple(L9_CANDIDATES[j] for j in keep),
         {"procedure": "recursive feature elimination of the 224 standardised candidates with a balanced "
-         "logistic regression, C by grouped CV AUROC of the kept set (halluprobe.selection.select_l9)",
+         "logistic regression, C by grouped CV AUROC of the kept set (halluprobe.blocks.select_l9)",
          "C": c, "cv_auroc": score, "per_C": tried, "folds": folds, "n_examples": len(y),
          "n_groups": len(set(groups))},
     )  # fmt: skip
@@ -274,7 +274,7 @@ def run_selection(
         records: Records of the selection split.
         y: Their labels.
         groups: Their groups.
-        ext: The `halluprobe.extract.ProxyExtractor` that made them (A7 ranks its induction heads).
+        ext: The `halluprobe.features.ProxyExtractor` that made them (A7 ranks its induction heads).
         n_features: Features kept.
         data: Where the records come from (dataset, split, proxy, ...), stored in the provenance.
     """

@@ -88,7 +88,7 @@ class Detector:
     """A fitted feature-set probe bound to its proxy and extraction settings.
 
     Args:
-        fit: The fitted probe ([`halluprobe.protocol.fit_blocks`][halluprobe.fit_blocks]).
+        fit: The fitted probe ([`halluprobe.training.fit_blocks`][halluprobe.fit_blocks]).
         proxy: Proxy id for [`flashstats_hf.load_model`][] (``None``: the default SmolLM2).
         layers: Scored layers (``None``: all).
         hidden_layers: Kept hidden layers (as in the extraction).

@@ -2,7 +2,7 @@
 
 The protocol of the paper's evaluation (Section 5.3, Appendix M), on records already extracted:
 
-- `evaluate_dataset`: the feature-set probes (`halluprobe.protocol.train_feature_sets`), the published
+- `evaluate_dataset`: the feature-set probes (`halluprobe.training.train_feature_sets`), the published
   detectors (`halluprobe.training.published_scores`), any extra scored method (a judge, say) and the
   text-only baselines of ``halubench_data``, each thresholded on validation, scored once on test
   (`halluprobe.evaluation.evaluate_methods`); returns a typed `DatasetRun`.
@@ -279,7 +279,7 @@ VIEW_NAMES: dict[str, str] = {
     "heads": "token probe (every head) + context, smoothing, gap merging",
     "heads+hidden": "token probe (every head) + hidden state + context, smoothing, gap merging",
 }
-"""Row names of the probes on the other feature views (`halluprobe.token_data.TOKEN_VIEWS`)."""
+"""Row names of the probes on the other feature views (`halluprobe.features.TOKEN_VIEWS`)."""
 LOGPROB_NAME = "negative log-probability"
 TASK_NAMES: dict[str, str] = {
     "mean": "token probes per task + context, smoothing, gap merging",
@@ -445,7 +445,7 @@ def task_cv_run(
     Args:
         split: ``{"train" | "validation" | "test": [(task, TokenExample), ...]}`` of the feature ``view``.
         tasks: The tasks (each needs ``folds`` groups in its training and validation answers).
-        view: The `halluprobe.token_data.TOKEN_VIEWS` entry of ``split``'s features.
+        view: The `halluprobe.features.TOKEN_VIEWS` entry of ``split``'s features.
         folds: Cross-validation folds.
         n_bootstrap: Resamples of the intervals.
         context_tokens: At most this many tokens (a seeded sample) fit each probe.

@@ -321,7 +321,7 @@ def write_outputs(
     localisation: Mapping[str, Any] | None, cost: Mapping[str, Any] | None, extract: Mapping[str, Any],
     judge: Mapping[str, Any] | None, *, proxy: str,
 ) -> None:  # fmt: skip
-    """Write every table (CSV + Markdown), plot and JSON of a `halluprobe.suite` evaluation under ``out``.
+    """Write every table (CSV + Markdown), plot and JSON of an evaluation (`evaluate_dataset`) under ``out``.
 
     Files: ``main.csv``, ``tests.csv``, ``transfer.csv``, ``localisation.csv``, ``selection.json``,
     ``cost.json``, ``detection_roc.png``, ``detection_auroc_bars.png``, ``report.md`` and
@@ -329,10 +329,10 @@ def write_outputs(
 
     Args:
         out: Results folder (created).
-        runs: ``{dataset: halluprobe.suite.DatasetRun}``.
-        tests: Paired tests with Holm's p (`halluprobe.suite.grouped_tests`).
+        runs: ``{dataset: halluprobe.evaluation.DatasetRun}``.
+        tests: Paired tests with Holm's p (`halluprobe.evaluation._suite.grouped_tests`).
         transfers: Transfer results.
-        localisation: `halluprobe.suite.localisation_runs` output, or None.
+        localisation: `halluprobe.evaluation.localisation_runs` output, or None.
         cost: The cost phase's measurement, or None.
         extract: The extraction's record (device, dtype, backend, timings).
         judge: The judge phase's record (template, validation AUROCs), or None.

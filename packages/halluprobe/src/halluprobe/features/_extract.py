@@ -162,7 +162,7 @@ class ProxyExtractor:
             forward. CUDA models only; ``None`` (default): eager batches.
         backend: Kernel backend of the eager ``record_forward`` (``"auto"``, ``"triton"``, ``"torch"``).
         token_store: Also store every answer token's features and character offsets there
-            (`halluprobe.token_data.TokenStore`, for the token probe); eager batches only.
+            (`halluprobe.features.TokenStore`, for the token probe); eager batches only.
     """
 
     model: Any

@@ -1,7 +1,7 @@
 """Per-token data of answers for the token probe: feature views, character offsets, the token store.
 
 One recorded forward gives, for every answer token, blocks of features (`token_parts`): the attention
-statistics of every scored layer (`halluprobe.records.HEAD_STATS`) averaged over heads and of every
+statistics of every scored layer (`halluprobe.features.HEAD_STATS`) averaged over heads and of every
 head, the recorded hidden states and the logit statistics. A view (`TOKEN_VIEWS`) is a concatenation
 of some of them (`compose_view`, `token_features`). `token_offsets` places each token in the answer's
 characters; `TokenExample` pairs an answer's features with its annotated characters; `TokenStore`
@@ -54,7 +54,7 @@ def check_view(view: str) -> str:
 def token_parts(fs: ForwardStats, b: int, length: int) -> dict[str, np.ndarray]:
     """The per-token blocks of example ``b`` (float32, non-finite values as 0), keyed by `TOKEN_PARTS`.
 
-    - ``mean``: ``[A, NL * 8]`` head-mean `halluprobe.records.HEAD_STATS` of every scored layer
+    - ``mean``: ``[A, NL * 8]`` head-mean `halluprobe.features.HEAD_STATS` of every scored layer
       (columns ordered layer, statistic);
     - ``heads``: ``[A, NL * H * 8]`` the same statistics of every head (layer, head, statistic);
     - ``hidden``: ``[A, NH * Dm]`` the recorded hidden states at the answer tokens (``[A, 0]`` when the

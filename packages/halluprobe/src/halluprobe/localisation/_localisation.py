@@ -1,9 +1,9 @@
 """Token-level localisation: per-token features, a token probe, character spans and span F1.
 
 A token probe scores every answer token (higher = more likely inside a hallucinated span) from one
-view of the token's features (`TOKEN_VIEWS`, `token_features`, both from `halluprobe.token_data`,
+view of the token's features (`TOKEN_VIEWS`, `token_features`, both from `halluprobe.features`,
 where the per-token data lives): the attention statistics of every
-scored layer (`halluprobe.records.HEAD_STATS`) averaged over heads (``"mean"``) or of every head
+scored layer (`halluprobe.features.HEAD_STATS`) averaged over heads (``"mean"``) or of every head
 (``"heads"``), optionally the recorded hidden state (``"+hidden"``), and the logit statistics. It
 follows the sequence probes' protocol: a class-balanced logistic regression fitted on the training
 tokens (a token is positive when it overlaps an annotated span), ``C`` in `TOKEN_CS` chosen by
@@ -19,7 +19,7 @@ span F1; the test split is never used for a choice. `fit_token_probe_cv` makes t
 group cross-validation over the training and validation answers together, then fits on all of them:
 the threshold is then set on out-of-fold scores of every such answer instead of the validation ones.
 
-Spans (`halluprobe.spans`, whose names this module re-exports): the characters of every token scored
+Spans (`_spans`, whose names this module re-exports): the characters of every token scored
 at or above the threshold (after closing gaps of at most ``gap`` tokens), merged into maximal runs
 (`decode_spans`). Span precision, recall and F1
 count characters: overlap of predicted and annotated characters over predicted (precision) and
@@ -36,7 +36,7 @@ import numpy as np
 from halubench_data import Span
 from halubench_data.metrics import best_by_validation
 
-# the per-token data, re-exported: `halluprobe.token_data` defines them
+# the per-token data, re-exported: `halluprobe.features` defines them
 from halluprobe.features._token_data import (
     TOKEN_PARTS,
     TOKEN_VIEWS,
@@ -51,7 +51,7 @@ from halluprobe.features._token_data import (
 )
 from halluprobe.features._token_examples import token_examples
 
-# span decoding and the span metric, re-exported: `halluprobe.spans` defines them
+# span decoding and the span metric, re-exported: `halluprobe.localisation._spans` defines them
 from halluprobe.localisation._spans import (
     GAPS,
     SMOOTHS,

@@ -6,7 +6,7 @@
 - ``K`` (A7's number of induction heads) in `KS` is chosen by the validation AUROC of A7 alone.
 - ``k`` (A64's sink values per head) in ``1..10`` by grouped five-fold cross-validation on train.
 - A7's and L9's features are a fixed selection (default: the packaged ones, chosen once by
-  `halluprobe.selection`), never reselected on a training split.
+  `halluprobe.blocks`), never reselected on a training split.
 - Nothing is refit on train + validation. Metrics come from `halubench_data.metrics`.
 """
 

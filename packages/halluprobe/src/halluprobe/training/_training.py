@@ -94,10 +94,10 @@ def run_training(
 
     ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections.
     With ``token_examples`` (``{"train", "validation", "test"}`` lists of
-    `halluprobe.token_data.TokenExample`), a token probe is fitted with the same protocol, scored
+    `halluprobe.features.TokenExample`), a token probe is fitted with the same protocol, scored
     on test (token AUROC, character span F1, in ``results.json`` under ``"localisation"``) and saved
     with every detector, whose predictions then carry its spans; ``token_view`` names the
-    `halluprobe.token_data.TOKEN_VIEWS` entry those examples were built with; ``token_cv`` > 0 makes
+    `halluprobe.features.TOKEN_VIEWS` entry those examples were built with; ``token_cv`` > 0 makes
     the token probe's choices by that many folds of group cross-validation over the training and
     validation answers and fits it on both (`halluprobe.localisation.fit_token_probe_cv`).
     """
