@@ -204,8 +204,18 @@ def run_bash(block: Block, cwd: Path) -> None:
     assert proc.returncode == 0, f"{block.page}:{block.line} exits {proc.returncode}:\n{proc.stderr[-3000:]}"
 
 
+SLOW_PAGES = {"docs/guide/kernels.md"}
+"""Pages whose examples take long on 2 CPU cores (Inductor compiles a call on the CPU); CI runs them, and
+the default run covers the same fullgraph compile with the aot_eager backend (test_library.py)."""
+
+
 @pytest.mark.parametrize(
-    "page", [p for p in pages() if any(b.lang in RUN for b in blocks_of(p, (ROOT / p).read_text()))]
+    "page",
+    [
+        p if p not in SLOW_PAGES else pytest.param(p, marks=pytest.mark.slow)
+        for p in pages()
+        if any(b.lang in RUN for b in blocks_of(p, (ROOT / p).read_text()))
+    ],
 )
 def test_page_examples(page, tmp_path, monkeypatch):
     work = tmp_path / "work"

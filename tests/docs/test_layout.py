@@ -109,12 +109,18 @@ def site_copy(site, tmp_path_factory) -> Path:
     return copy
 
 
+FAST_PAGES = ("reference/statistics/index.html", "results/detection/index.html")
+"""Pages whose layout the default run checks (their main tables must fit); the others are slow."""
+
+
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize(
+    "page", [p if p in FAST_PAGES else pytest.param(p, marks=pytest.mark.slow) for p in PAGES]
+)
 def test_page_layout(site_copy, page, width):
     report = layout(site_copy / page, width)
     assert width - 20 <= report["vw"] <= width  # less a vertical scrollbar
     assert problems(report) == {}
-    if width == 1400 and page in ("reference/statistics/index.html", "results/detection/index.html"):
+    if width == 1400 and page in FAST_PAGES:
         main = next(t for t in report["tables"] if t["head"] in ("Statistic", "method"))
         assert main["fits"], f"{page}: the main table scrolls at 1400 px"

@@ -51,7 +51,9 @@ def _reference(model, ids, mask, prompt_len):
 FAMILIES = ["llama", "qwen3", "qwen3_sliding", "gemma2", "gemma3", "mistral"]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)], ids=["fp32", "fp64"]
+)
 @pytest.mark.parametrize("chunks", [(1, 3, 2), (6,)], ids=["chunks-1-3-2", "one-chunk"])
 @pytest.mark.parametrize("kind", FAMILIES)
 def test_streamed_chunks_equal_record_forward(helpers, kind, chunks, dtype):
@@ -280,8 +282,17 @@ def test_captured_decode_steps_equal_record_forward(helpers, kind, q, dtype):
 
 @pytest.mark.parametrize(
     "kind,lengths",
-    [("llama", [15, 11]), ("llama", [15, 15]), ("gemma2", [15, 11]), ("qwen3_sliding", [15, 11])],
-    ids=["llama", "llama-unpadded", "gemma2", "qwen3_sliding"],
+    [
+        pytest.param("llama", [15, 11], id="llama"),
+        *(
+            pytest.param(kind, lengths, id=name, marks=pytest.mark.slow)
+            for kind, lengths, name in (
+                ("llama", [15, 15], "llama-unpadded"),
+                ("gemma2", [15, 11], "gemma2"),
+                ("qwen3_sliding", [15, 11], "qwen3_sliding"),
+            )
+        ),
+    ],
 )
 def test_streamed_chunks_on_the_triton_kernels_equal_record_forward(helpers, kind, lengths, monkeypatch):
     """The recorder on the split-K Triton kernels (interpreted on the CPU): statistics written into the

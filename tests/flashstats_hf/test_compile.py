@@ -5,7 +5,10 @@ import torch
 from flashstats_hf import record_forward
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma2", "qwen3_sliding"])
+@pytest.mark.parametrize(
+    "kind",
+    ["llama", *(pytest.param(k, marks=pytest.mark.slow) for k in ("qwen3", "gemma2", "qwen3_sliding"))],
+)
 def test_model_outside_recording_is_one_graph(helpers, kind):
     ours, _ = helpers.tiny_models(kind)
     ids, mask, _ = helpers.padded_batch([9, 7], [3, 2])

@@ -156,3 +156,53 @@ def test_naive_reference_validates_too():
     q, k, v = good()
     with pytest.raises(ValueError, match=r"multiple of Hkv"):
         fk.naive_response_attention(q, k[:, :1].expand(B, 3, L, D), v[:, :1].expand(B, 3, L, D))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool, torch.int64])
+def test_naive_reference_refuses_non_real_dtypes(dtype):
+    q, k, v = (t.to(dtype) for t in good())
+    with pytest.raises(TypeError, match=r"real floating dtype, got torch\."):
+        fk.naive_response_attention(q, k, v)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1.0, 2.0, float("nan")])
+def test_naive_reference_checks_diag_eps(eps):
+    with pytest.raises(ValueError, match=r"diag_eps must lie in \(0, 1\]"):
+        fk.naive_response_attention(*good(), request=fk.StatsRequest(lookups=True, diag_eps=eps))
+
+
+def _state(*shape: int) -> fk.RowState:
+    return fk.row_state(
+        torch.randn(*shape, 5), torch.ones(5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool)
+    )
+
+
+def test_merge_states_refuses_states_of_other_rows():
+    with pytest.raises(ValueError, match=r"same rows .* got x \{'m': \(2,\).* and y \{'m': \(5, 2\)"):
+        fk.merge_states(_state(2), _state(5, 2))  # would broadcast to [5, 2]
+    with pytest.raises(TypeError, match=r"two RowState, got y = NoneType"):
+        fk.merge_states(_state(2), None)
+    with pytest.raises(TypeError, match=r"two RowState, got x = dict"):
+        fk.merge_states({}, _state(2))
+
+
+@pytest.mark.parametrize(
+    "prompt_len",
+    [100, 5, torch.tensor([2, 100]), torch.tensor([-3, 1])],
+    ids=["int", "int-one", "t", "t-neg"],
+)
+def test_packed_prompt_len_lies_within_each_sequence(prompt_len):
+    """As in a dense call, a prompt length lies in ``[0, L_b]`` (here L = 5 and 4)."""
+    q, k = torch.randn(5, 2, 8), torch.randn(9, 1, 8)
+    cu_q, cu_k = torch.tensor([0, 3, 5]), torch.tensor([0, 5, 9])
+    with pytest.raises(ValueError, match=r"prompt_len must lie in \[0, L_b\] for every sequence, got"):
+        fk.response_attention_varlen(q, k, k, cu_q, cu_k, 3, 5, prompt_len=prompt_len, backend="torch")
+
+
+def test_decode_prompt_len_lies_within_the_written_keys():
+    q, k = torch.randn(1, 2, 1, 8), torch.randn(1, 1, 12, 8)
+    with pytest.raises(ValueError, match=r"prompt_len must lie in \[0, L=5\], got 9"):
+        fk.decode_attention(q, k, k, kv_len=5, prompt_len=9, backend="torch")
+    with pytest.raises(ValueError, match=r"prompt_len values must lie in \[0, L=5\]"):
+        fk.decode_attention(q, k, k, kv_len=5, prompt_len=torch.tensor([6]), backend="torch")
+    fk.decode_attention(q, k, k, kv_len=5, prompt_len=5, backend="torch")  # the bound itself is fine

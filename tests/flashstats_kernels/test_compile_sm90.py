@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FORWARD_POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", Stats="*fp32",
                         KeyMask="*u8", PromptLen="*i64", Seq="*i64")  # fmt: skip
 COLUMN_POINTERS = dict(Q="*bf16", K="*bf16", Lse="*fp32", Sum="*fp32", Mean="*fp32", KeyMask="*u8",
@@ -100,9 +102,31 @@ def compile_decode() -> None:
         _compile(kernels._columns_kernel, cols, DECODE_POINTERS)
 
 
-def test_kernel_variants_compile_for_sm90():
+def compile_representatives() -> None:
+    """Two cheap variants with every option on: the Base forward and the decoding column program."""
+    from flashstats_kernels.ops.decode import kernels
+    from flashstats_kernels.ops.forward.fused import _fwd_kernel
+
+    forward = dict(D=64, GROUP=2, HAS_MASK=True, HAS_SOFTCAP=True, HAS_WINDOW=True, ROWS=False, MMA=0,
+                   WHILE=False, VARLEN=False, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, BLOCK_DT=0)  # fmt: skip
+    _compile(_fwd_kernel, forward, FORWARD_POINTERS)
+    cols = dict(GROUP=3, HAS_MASK=True, HAS_WINDOW=True, BLOCK_M=16, BLOCK_N=512)
+    _compile(kernels._columns_kernel, cols, DECODE_POINTERS)
+
+
+def _compile_in_a_subprocess(function: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     here = str(Path(__file__).parent)
-    code = f"import sys; sys.path.insert(0, {here!r}); import test_compile_sm90 as t; t.compile_all()"
+    code = f"import sys; sys.path.insert(0, {here!r}); import test_compile_sm90 as t; t.{function}()"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_kernels_compile_for_sm90_with_every_option_on():
+    """The fast default: two variants (a few seconds); the next test compiles every variant."""
+    _compile_in_a_subprocess("compile_representatives")
+
+
+@pytest.mark.slow
+def test_kernel_variants_compile_for_sm90():
+    _compile_in_a_subprocess("compile_all")

@@ -25,6 +25,7 @@ ROW_FIELDS = ("entropy", "normalized_entropy", "prompt_mass", "max_weight", "eff
 LOOKUP_FIELDS = ("diag_log", "prev_weight", "sink_weights")
 TOL = dict(atol=2e-5, rtol=2e-5)
 BACKENDS = ["torch", "triton"]
+SLOW = pytest.mark.slow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,18 @@ CASES = [
     Case(B=2, Hq=4, Hkv=2, R=2, Lc=130, kv=121, window=50, prompt=97, splits=3),
     Case(B=2, Hq=4, Hkv=2, R=3, Lc=100, kv=97, prompt=49, splits=2),
 ]
+FAST_TRITON = {0, 4}  # cases whose interpreted Triton runs are in the default run (the others are slow)
+
+
+def runs(cases: list[Case], fast: set[int] = FAST_TRITON) -> list:
+    """``(case, backend)`` pairs: every PyTorch run by default, the Triton runs of ``fast`` (else slow)."""
+    return [
+        pytest.param(
+            case, backend, id=f"{case.id}-{backend}", marks=() if backend == "torch" or i in fast else SLOW
+        )
+        for i, case in enumerate(cases)
+        for backend in BACKENDS
+    ]
 
 
 @pytest.fixture
@@ -109,14 +122,15 @@ def _run(case: Case, backend: str, seed: int = 0, splits=None):
     return res, state
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize(("case", "backend"), runs(CASES))
 def test_decode_matches_fp64_reference(case, backend, poisoned):
     res, state = _run(case, backend)
     _assert_matches_reference(case, res, state)
 
 
-@pytest.mark.parametrize("case", [CASES[3], CASES[4], CASES[7]], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [CASES[3], *(pytest.param(c, marks=SLOW) for c in (CASES[4], CASES[7]))], ids=lambda c: c.id
+)
 def test_many_rows_run_in_row_chunks_with_the_same_result(case, poisoned, monkeypatch):
     """A call whose T3 scratch scores exceed the bound runs in row chunks (here of 2 rows): same result."""
     from flashstats_kernels.ops.decode import fused
@@ -165,8 +179,10 @@ def _draw_case(seed: int) -> Case:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize(
+    ("seed", "backend"),
+    [pytest.param(s, b, marks=SLOW if s and b == "triton" else ()) for s in range(12) for b in BACKENDS],
+)
 def test_random_configurations_match_fp64_reference(seed, backend, poisoned):
     """Seeded random shapes and options (the case is reproducible from the seed) against fp64."""
     case = _draw_case(seed)
@@ -174,10 +190,20 @@ def test_random_configurations_match_fp64_reference(seed, backend, poisoned):
     _assert_matches_reference(case, res, state)
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4], CASES[8]], ids=lambda c: c.id)
-def test_split_count_changes_only_rounding_and_runs_are_bitwise(case, poisoned):
+@pytest.mark.parametrize(
+    ("case", "counts"),
+    [
+        pytest.param(CASES[0], (3,), id=f"{CASES[0].id}-S3"),  # the fast default
+        # 19: the merge reads two chunks of 16, some splits empty
+        *(
+            pytest.param(c, (2, 3, 7, 19), id=c.id, marks=SLOW)
+            for c in (CASES[1], CASES[3], CASES[4], CASES[8])
+        ),
+    ],
+)
+def test_split_count_changes_only_rounding_and_runs_are_bitwise(case, counts, poisoned):
     base, base_state = _run(case, "triton", splits=1)
-    for splits in (2, 3, 7, 19):  # 19: the merge reads two chunks of 16, some splits empty
+    for splits in counts:
         res, state = _run(case, "triton", splits=splits)
         again, again_state = _run(case, "triton", splits=splits)
         for a, b in ((res.out, again.out), (res.lse, again.lse), (state.sum, again_state.sum)):
@@ -235,8 +261,7 @@ def test_stream_of_steps_equals_one_response_forward(backend, chunks, poisoned):
     assert rows == parts[-1].lse.shape[2] + sum(chunks[:-1])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", [CASES[2], CASES[3], CASES[7]], ids=lambda c: c.id)
+@pytest.mark.parametrize(("case", "backend"), runs([CASES[3], CASES[2], CASES[7]], fast={0}))
 def test_rows_written_into_target_slots_equal_the_returned_ones(case, backend, poisoned, monkeypatch):
     """RowTargets: T1 and T2 land in slots start..start+R-1 of strided layer views, nothing else changes."""
     from flashstats_kernels.ops.decode import fused
@@ -376,7 +401,11 @@ def test_merge_blocks_tile_the_split_row_blocks(block_d, group_rows):
     assert block_d % cfg["MERGE_D"] == 0 and block_d // cfg["MERGE_D"] <= 4
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2], CASES[4], CASES[8]], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [CASES[4], *(pytest.param(c, marks=SLOW) for c in (CASES[0], CASES[1], CASES[2], CASES[8]))],
+    ids=lambda c: c.id,
+)
 def test_columns_inside_the_merge_launch_equal_their_own_launch(case, poisoned, monkeypatch):
     """T3 run by the merge's launch (LSE merged again per column program) or by a launch of its own."""
     from flashstats_kernels.ops.decode import fused

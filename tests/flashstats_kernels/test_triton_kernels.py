@@ -201,12 +201,20 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(torch, "empty", nan_empty)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+SLOW = pytest.mark.slow
+
+
+def some_slow(cases: list[Case], fast: set[int]) -> list:
+    """The cases, those not in ``fast`` marked slow (the default run keeps one case per behaviour)."""
+    return [case if i in fast else pytest.param(case, marks=SLOW) for i, case in enumerate(cases)]
+
+
+@pytest.mark.parametrize("case", some_slow(CASES, fast={0, 1, 2, 6, 7, 8}), ids=lambda c: c.id)
 def test_kernels_match_fp64_reference(case, poisoned):
     run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
 
 
-@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", some_slow(VARIANT_CASES, fast={1}), ids=lambda c: c.id)
 def test_softcap_window_variants_match_fp64_reference(case, poisoned):
     run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
 
@@ -223,7 +231,7 @@ BASE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", BASE_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", some_slow(BASE_CASES, fast={0}), ids=lambda c: c.id)
 def test_base_forward_equals_row_stats_forward(case, poisoned):
     """The Base variant gives T1's output and LSE bitwise."""
     x = make_inputs(case, seed=3)
@@ -286,7 +294,7 @@ SPLIT_CASES = [  # the head dim as a power-of-two head plus a narrow tail
 ]
 
 
-@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", some_slow(SPLIT_CASES, fast={0}), ids=lambda c: c.id)
 def test_split_head_dim_matches_fp64_reference_and_the_padded_kernel(case, poisoned, monkeypatch):
     run_and_check(case, seed=zlib.crc32(case.id.encode()) % 1000)
     x = make_inputs(case, seed=5)
@@ -366,8 +374,13 @@ def test_kernels_match_fp64_reference_on_gpu(case, poisoned, record_testsuite_pr
     record_testsuite_property(case.id, ";".join(f"{k}={v:.3g}" for k, v in errors.items()))
 
 
-@pytest.mark.parametrize("parts", ["2", "4", "8"])
-@pytest.mark.parametrize("case", [VARIANT_CASES[1], CASES[5]], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    ("case", "parts"),
+    [
+        pytest.param(case, parts, id=f"{case.id}-{parts}", marks=() if i == 0 else SLOW)
+        for i, (case, parts) in enumerate((c, p) for c in (CASES[5], VARIANT_CASES[1]) for p in "248")
+    ],
+)
 def test_t3_with_a_share_of_the_exponentials_on_fma_matches_fp64(case, parts, poisoned, monkeypatch):
     """T3 taking 1/2, 1/4 or 1/8 of its exponentials from a polynomial (FlashAttention-4's split)."""
     monkeypatch.setenv("FLASHSTATS_T3_SPLIT_EXP", parts)

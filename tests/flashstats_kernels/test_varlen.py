@@ -217,7 +217,11 @@ def check_uncovered(got: fk.AttentionResult, rows: torch.Tensor, keys: torch.Ten
             assert (t[:, rows] == 0).all(), name
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [c if i not in (2, 4) else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(CASES)],
+    ids=lambda c: c.id,
+)
 def test_varlen_equals_each_sequence_alone(case, poisoned):
     check_case(case, seed=len(case.id))
 
@@ -240,6 +244,26 @@ def test_varlen_defaults_match_the_first_key_as_sink():
         torch.testing.assert_close(
             got.rows.prompt_mass[:, q0 : q0 + r].double(), ref.rows.prompt_mass[0], **STAT_TOL
         )
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("where", ["host", pytest.param("device", marks=pytest.mark.gpu)])
+def test_rows_and_keys_no_sequence_covers_read_as_empty(backend, where, poisoned):
+    """Offsets that leave the first and last row and key to no sequence: those read as rows without keys."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(7, 2, 16, generator=gen).to(DEVICE) for _ in range(3))
+    cu = torch.tensor(
+        [1, 2, 5, 6], device="cpu" if where == "host" else DEVICE
+    )  # rows and keys 0, 6 uncovered
+    request = fk.StatsRequest(True, True, True, sink_positions=(0,), diag_eps=DIAG_EPS)
+    got = fk.response_attention_varlen(q, k, v, cu, cu, 3, 3, request=request, backend=backend)
+    for name, t in fields(got).items():
+        assert not torch.isnan(t).any(), name
+    edge = torch.tensor([True, False, False, False, False, False, True])
+    check_uncovered(got, edge, edge)
+    want = fk.response_attention_varlen(q, k, v, cu.cpu(), cu.cpu(), 3, 3, request=request, backend="torch")
+    for name, t in fields(want).items():
+        torch.testing.assert_close(fields(got)[name], t, **STAT_TOL, msg=name)
 
 
 @pytest.mark.parametrize(

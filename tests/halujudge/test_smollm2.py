@@ -61,6 +61,7 @@ def test_chat_rendering_matches_golden(judge):
     assert prompt == GOLDEN.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # runs the model on real RAGTruth passages (the tests above cover the prompt and tokens)
 def test_scores_are_deterministic_probabilities(judge, ragtruth):
     first = judge.score(ragtruth, progress=False)
     second = judge.score(ragtruth, progress=False)

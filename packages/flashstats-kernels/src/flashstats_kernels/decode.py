@@ -138,8 +138,9 @@ def decode_attention(
             ``request.sink_positions`` (cache positions).
         column_state: running column sums and counts ``[B, Hq, Lc]`` / ``[B, Lc]``, updated in place.
         key_mask: [B, Lc] bool or None. True marks a real token.
-        prompt_len: int or [B] integer tensor. keys ``j < prompt_len[b]`` are prompt keys and rows before
-            it do not count in T3; None means ``kv_len - R`` (only with an int ``kv_len``).
+        prompt_len: int or [B] integer tensor in ``[0, kv_len]``. keys ``j < prompt_len[b]`` are prompt
+            keys and rows before it do not count in T3; None means ``kv_len - R`` (only with an int
+            ``kv_len``).
         scale: score scale, default ``1 / sqrt(D)``.
         softcap: soft cap ``c`` or None.
         window: sliding window or None.
@@ -169,7 +170,8 @@ def decode_attention(
         if not isinstance(n, int):
             raise ValueError("prompt_len is required when kv_len is a device tensor")
         prompt_len = n - r
-    plen = normalize_prompt_len(prompt_len, b, r, cache, dev)
+    # prompt lengths lie in [0, kv_len]: the keys of the cache that exist (a device kv_len bounds by Lc)
+    plen = normalize_prompt_len(prompt_len, b, r, n if isinstance(n, int) else cache, dev)
     mask = check_key_mask(key_mask, b, cache, dev)
     state = _check_columns(column_state, b, hq, cache, dev) if request.columns else None
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from flashstats_kernels._problem import check_problem, normalize_sink_positions
+from flashstats_kernels.api import _check_request
 from flashstats_kernels.ops.columns.naive import naive_columns, naive_columns_from_probs
 from flashstats_kernels.ops.forward.naive import naive_forward, naive_probabilities, naive_row_stats
 from flashstats_kernels.ops.lookups.naive import naive_lookups, naive_lookups_from_probs
@@ -44,6 +45,10 @@ def naive_response_attention(
     Returns:
         AttentionResult of float64 tensors.
 
+    Raises:
+        ValueError: a shape, size, device or option value that is not supported.
+        TypeError: an argument of the wrong type, or inputs of a dtype that is not a real floating one.
+
     Shape:
         - out: ``[B, Hq, R, D]``; lse and row statistics: ``[B, Hq, R]``;
           sink_weights: ``[B, Hq, R, S]``; column statistics: ``[B, Hq, L]``.
@@ -51,6 +56,9 @@ def naive_response_attention(
     problem = check_problem(
         q, k, v, key_mask=key_mask, prompt_len=prompt_len, scale=scale, softcap=softcap, window=window
     )
+    request = _check_request(request)
+    if not q.dtype.is_floating_point:
+        raise TypeError(f"q, k and v must have a real floating dtype, got {q.dtype}")
     s, visible, lse, p = naive_probabilities(
         q, k, key_mask=problem.key_mask, scale=problem.scale, softcap=problem.softcap, window=problem.window
     )

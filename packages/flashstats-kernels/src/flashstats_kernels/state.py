@@ -8,6 +8,7 @@ kernel instances, devices or decoding steps (split-K) and merged afterwards. See
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -42,22 +43,26 @@ def row_state(scores: torch.Tensor, visible: torch.Tensor, is_prompt: torch.Tens
         is_prompt: [..., K] bool (broadcastable). which of them are prompt keys.
 
     Returns:
-        RowState with fields of shape ``[...]``.
+        RowState with fields of shape ``[...]``. As in the kernels (``SEMANTICS.md``), a ``-inf`` score
+        at a visible key is a zero weight that still counts in ``n``, and a NaN or ``+inf`` one makes
+        every accumulator NaN (``finalize_state`` then gives a NaN row, never a fully masked one).
     """
+    n = visible.expand_as(scores).sum(-1).to(scores.dtype)
     s = scores.masked_fill(~visible, float("-inf"))
     if s.shape[-1] == 0:  # an empty block: the identity of merge_states
         s = torch.nn.functional.pad(s, (0, 1), value=float("-inf"))
+    poison = torch.where((torch.isnan(s) | (s == float("inf"))).any(-1), float("nan"), 0.0)  # [...]
     m = s.amax(-1)
     shift = torch.where(torch.isfinite(m), m, 0.0)
     e = torch.exp(s - shift[..., None])  # 0 where not visible
     s_vis = torch.where(torch.isfinite(s), s, 0.0)
     return RowState(
-        m=m,
-        l=e.sum(-1),
-        a=(e * s_vis).sum(-1),
-        q2=(e * e).sum(-1),
-        pm=(e * is_prompt).sum(-1),
-        n=torch.isfinite(s).sum(-1).to(scores.dtype),
+        m=m + poison,
+        l=e.sum(-1) + poison,
+        a=(e * s_vis).sum(-1) + poison,
+        q2=(e * e).sum(-1) + poison,
+        pm=(e * is_prompt).sum(-1) + poison,
+        n=n,
     )
 
 
@@ -66,8 +71,15 @@ def merge_states(x: RowState, y: RowState) -> RowState:
 
     With ``m = max(m_x, m_y)``: ``l = l_x e^{m_x - m} + l_y e^{m_y - m}``, likewise ``a`` and ``pm``;
     ``q2 = q2_x e^{2 (m_x - m)} + q2_y e^{2 (m_y - m)}``; ``n = n_x + n_y``. Both factors lie in
-    ``[0, 1]``, so nothing overflows; an empty state (``m = -inf``) contributes nothing.
+    ``[0, 1]``, so nothing overflows; an empty state (``m = -inf``) contributes nothing, a NaN one
+    makes the merge NaN.
+
+    Raises:
+        TypeError: ``x`` or ``y`` is not a `RowState`.
+        ValueError: the fields of ``x`` and ``y`` do not all have one shape (no broadcasting: the two
+            states must describe the same rows).
     """
+    _check_same_rows(x, y)
     m = torch.maximum(x.m, y.m)
     safe = torch.where(torch.isfinite(m), m, 0.0)
     fx = torch.where(torch.isfinite(x.m), torch.exp(x.m - safe), 0.0)
@@ -91,13 +103,14 @@ def finalize_state(state: RowState) -> tuple[torch.Tensor, RowStats]:
     Returns:
         ``(lse, RowStats)`` with the shape and dtype of the state's fields.
     """
-    seen = state.l > 0
+    seen = state.l != 0  # l >= 0, or NaN on a NaN row (which stays NaN below)
     l_safe = torch.where(seen, state.l, 1.0)
     log_l = torch.log(l_safe)
     lse = torch.where(seen, state.m + log_l, float("-inf"))
     entropy = torch.where(seen, log_l + state.m - state.a / l_safe, 0.0)
     many = state.n > 1
-    normalized = torch.where(many, entropy / torch.log(torch.where(many, state.n, 2.0)), 0.0)
+    few = torch.where(torch.isnan(entropy), float("nan"), 0.0)  # 0 when n <= 1, but a NaN row stays NaN
+    normalized = torch.where(many, entropy / torch.log(torch.where(many, state.n, 2.0)), few)
     stats = RowStats(
         entropy=entropy,
         normalized_entropy=normalized,
@@ -106,6 +119,20 @@ def finalize_state(state: RowState) -> tuple[torch.Tensor, RowStats]:
         effective_support=torch.where(seen, l_safe * l_safe / torch.where(seen, state.q2, 1.0), 0.0),
     )
     return lse, stats
+
+
+def _check_same_rows(x: object, y: object) -> None:
+    """Raises unless ``x`` and ``y`` are `RowState` whose fields all have one shape."""
+    for name, state in (("x", x), ("y", y)):
+        if not isinstance(state, RowState):
+            raise TypeError(f"merge_states needs two RowState, got {name} = {type(state).__name__}")
+    names = [f.name for f in dataclasses.fields(RowState)]
+    shapes = [{n: tuple(getattr(s, n).shape) for n in names} for s in (x, y)]
+    if len({shape for fields in shapes for shape in fields.values()}) != 1:
+        raise ValueError(
+            "merge_states needs two states of the same rows (one shape for every field, no broadcasting), "
+            f"got x {shapes[0]} and y {shapes[1]}"
+        )
 
 
 @dataclass

@@ -184,10 +184,11 @@ def check_varlen(
     used_k = cu_k[1:] - cu_k[:-1] if seqused_k is None else _check_offsets("seqused_k", seqused_k, n, device)
     cols = [x.to(device=device, dtype=torch.int64) for x in (cu_q[:-1], used_q, cu_k[:-1], used_k)]
     table = torch.stack(cols, dim=1).contiguous()  # [N, 4]
-    if (
+    on_host = (
         all(x.device.type == "cpu" for x in (cu_q, cu_k, used_q, used_k))
         and not torch.compiler.is_compiling()
-    ):
+    )
+    if on_host:
         _check_table(cu_q, cu_k, used_q, used_k, tq, tk, max_q, max_k)
     scale_f, softcap_f, window_i = check_options(scale, softcap, window, d)
     if key_mask is not None:
@@ -198,12 +199,16 @@ def check_varlen(
                 f"{tuple(key_mask.shape)} on {key_mask.device}"
             )
         key_mask = key_mask[None]
+    plen = _prompt_len(prompt_len, table, used_k if on_host else None)
     problem = Problem(
         batch=1, q_heads=hq, kv_heads=hkv, rows=tq, keys=tk, head_dim=d, scale=scale_f, softcap=softcap_f,
-        window=window_i, key_mask=key_mask, prompt_len=_prompt_len(prompt_len, table),
+        window=window_i, key_mask=key_mask, prompt_len=plen,
     )  # fmt: skip
-    varlen = Varlen(table, max_q, max_k, full_rows=seqused_q is None, full_keys=seqused_k is None)
-    return problem, varlen
+    # Rows (keys) that no sequence covers read as rows that see no key (keys no row sees). Offsets on
+    # the host tell whether there are any; offsets on the device are not read, so the launch assumes so.
+    full_rows = on_host and seqused_q is None and int(cu_q[0]) == 0 and int(cu_q[-1]) == tq
+    full_keys = on_host and seqused_k is None and int(cu_k[0]) == 0 and int(cu_k[-1]) == tk
+    return problem, Varlen(table, max_q, max_k, full_rows=full_rows, full_keys=full_keys)
 
 
 def _check_table(cu_q, cu_k, used_q, used_k, tq, tk, max_q, max_k) -> None:
@@ -227,20 +232,36 @@ def _check_table(cu_q, cu_k, used_q, used_k, tq, tk, max_q, max_k) -> None:
         )
 
 
-def _prompt_len(prompt_len: object, table: torch.Tensor) -> torch.Tensor:
-    """``[N] int64``: None -> ``L_b - R_b``; an int for every sequence; an ``[N]`` integer tensor."""
+def _prompt_len(prompt_len: object, table: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+    """``[N] int64``: None -> ``L_b - R_b``; an int for every sequence; an ``[N]`` integer tensor.
+
+    Each value must lie in ``[0, L_b]``, as in a dense call: checked when ``keys`` (the ``L_b`` on the
+    host) is given and ``prompt_len`` is an int or a CPU tensor, clamped on the device otherwise.
+    """
     n = table.shape[0]
     if prompt_len is None:
         return table[:, 3] - table[:, 1]
     if isinstance(prompt_len, int) and not isinstance(prompt_len, bool):
         if prompt_len < 0:
             raise ValueError(f"prompt_len must be >= 0, got {prompt_len}")
-        return torch.full((n,), prompt_len, dtype=torch.int64, device=table.device)
-    if not isinstance(prompt_len, torch.Tensor) or prompt_len.dtype.is_floating_point:
+        plen = torch.full((n,), prompt_len, dtype=torch.int64)
+    elif not isinstance(prompt_len, torch.Tensor) or prompt_len.dtype.is_floating_point:
         raise TypeError(f"prompt_len must be None, an int or an [N] integer tensor, got {prompt_len!r}")
-    if prompt_len.dtype == torch.bool or tuple(prompt_len.shape) != (n,):
+    elif prompt_len.dtype == torch.bool or tuple(prompt_len.shape) != (n,):
         raise ValueError(f"prompt_len tensor must be an [N] = [{n}] integer tensor, got {prompt_len.dtype}")
-    return prompt_len.to(device=table.device, dtype=torch.int64)
+    else:
+        plen = prompt_len
+    checked = keys is not None and plen.device.type == "cpu"
+    if keys is not None and checked:
+        bad = (plen < 0) | (plen > keys)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"prompt_len must lie in [0, L_b] for every sequence, got {int(plen[b])} for sequence {b} "
+                f"of L_b = {int(keys[b])} keys"
+            )
+    plen = plen.to(device=table.device, dtype=torch.int64)
+    return plen if checked else torch.minimum(plen.clamp(min=0), table[:, 3])
 
 
 def _per_sequence(q4, k4, v4, problem, varlen, request, sinks) -> AttentionResult:

@@ -58,6 +58,8 @@ def columns_torch(
     qg = group_queries(q, hkv, acc)  # [B, Hkv, G, R, D]
     kt = k.to(acc).transpose(-1, -2).unsqueeze(2)  # [B, Hkv, 1, D, L]
     lse_g = lse.unflatten(1, (hkv, hq // hkv)).to(acc)  # [B, Hkv, G, R]
+    # a row with lse = -inf has no weight (only -inf scores): +inf makes each exp(s - lse) 0, -inf s too
+    lse_g = torch.where(lse_g == float("-inf"), float("inf"), lse_g)
     pos = torch.arange(seq - r, seq, device=q.device)
     real = pos[None, :] >= prompt_len[:, None]  # [B, R]
     if key_mask is not None:

@@ -192,6 +192,9 @@ def columns_triton(
         q: [B, Hq, R, D]; k: [B, Hkv, L, D]; lse: [B, Hq, R]; sum, mean: [B, Hq, L].
     """
     g = launch_geometry(q, k, key_mask, softcap, window)
+    # A row with lse = -inf has no weight (it sees no key, or only -inf scores): +inf in its place makes
+    # every exp(s - lse) 0, and the rows that count stay those of SEMANTICS.md (the count needs no lse).
+    lse = torch.where(lse == float("-inf"), float("inf"), lse)
     new = torch.zeros if varlen is not None and not varlen.full_keys else torch.empty
     col_sum = new(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)
     col_mean = new(g.B, g.Hq, g.L, dtype=torch.float32, device=q.device)

@@ -342,7 +342,9 @@ def _columns_program(
                 b_lse2 = _row_lse2(Part, n_slot, base, splits, BLOCK_M, SPLIT_BLOCK)
             else:
                 b_lse2 = tl.load(Lse + i_bh * R + i_r) * 1.4426950408889634
-            counted = (pos_q >= plen) & (b_lse2 != float("-inf"))  # a NaN row counts (and gives NaN)
+            # a row of only -inf scores (lse -inf) counts with weight 0: +inf makes each exp2 0
+            b_lse2 = tl.where(b_lse2 == float("-inf"), float("inf"), b_lse2)
+            counted = pos_q >= plen  # a NaN row counts (and gives NaN)
             if HAS_MASK:
                 counted = counted & (tl.load(p_km + pos_q) != 0)
             vis = keep_k & (o_n <= pos_q) & counted  # [BN]

@@ -61,7 +61,7 @@ def naive_probabilities(
     Returns:
         ``(s, visible, lse, p)``: ``s [B, Hq, R, L]`` scores (also where not visible),
         ``visible [B, 1, R, L] bool``, ``lse [B, Hq, R]`` (``-inf`` on a row that sees no key) and
-        ``p [B, Hq, R, L]`` (0 where not visible).
+        ``p [B, Hq, R, L]`` (0 where not visible, and on a row whose visible scores are all ``-inf``).
     """
     b, _, r, _ = q.shape
     seq = k.shape[2]
@@ -72,7 +72,9 @@ def naive_probabilities(
     # Non-finite rule (SEMANTICS.md): a NaN or +inf score at a visible key makes the row NaN.
     poisoned = (torch.isnan(s_masked) | (s_masked == float("inf"))).any(-1)  # [B, Hq, R]
     lse = lse.masked_fill(poisoned, float("nan"))
-    p = torch.where(visible, torch.exp(s_masked - lse[..., None]), torch.zeros_like(s))
+    # a row with lse = -inf (no visible key, or only -inf scores) has no weight anywhere
+    weighted = visible & (lse != float("-inf"))[..., None]  # [B, Hq, R, L]
+    p = torch.where(weighted, torch.exp(s_masked - lse[..., None]), torch.zeros_like(s))
     return s, visible, lse, p
 
 
@@ -90,8 +92,8 @@ def naive_row_stats(
     is_prompt = torch.arange(seq, device=p.device)[None, :] < prompt_len[:, None]  # [B, L]
     prompt_mass = (p * is_prompt[:, None, None, :]).sum(-1)
     sum_sq = (p * p).sum(-1)
-    any_visible = n > 0
-    effective_support = torch.where(any_visible, 1.0 / torch.where(any_visible, sum_sq, 1.0), 0.0)
+    weighted = lse != float("-inf")  # [B, Hq, R] (NaN rows included: they stay NaN)
+    effective_support = torch.where(weighted, 1.0 / torch.where(weighted, sum_sq, 1.0), 0.0)
     return RowStats(
         entropy=entropy,
         normalized_entropy=normalized.expand_as(entropy),

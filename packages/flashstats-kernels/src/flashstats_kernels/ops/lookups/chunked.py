@@ -84,7 +84,8 @@ def lookups_torch(
     vis = visible_at(pos, key, keys=seq, key_mask=key_mask, window=window)  # [B, R, 2 + S]
     s = _scores_at(qg, kc, key.clamp(0, seq - 1), scale=scale, softcap=softcap)  # [B, Hkv, G, R, 2 + S]
     log_p = (s - lse.unflatten(1, (hkv, hq // hkv)).to(acc)[..., None]).flatten(1, 2)  # [B, Hq, R, 2 + S]
-    vis = vis[:, None]  # [B, 1, R, 2 + S]
+    # a row with lse = -inf has no weight anywhere (it sees no key, or only -inf scores): it reads 0
+    vis = vis[:, None] & (lse != float("-inf"))[..., None]  # [B, Hq, R, 2 + S]
     floor = math.log(diag_eps)
     diag_log = torch.where(vis[..., 0], log_p[..., 0].clamp(min=floor), floor)
     weights = torch.where(vis[..., 1:], torch.exp(torch.where(vis[..., 1:], log_p[..., 1:], 0.0)), 0.0)

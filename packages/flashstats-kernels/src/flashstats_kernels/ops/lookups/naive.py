@@ -29,7 +29,7 @@ def naive_lookups_from_probs(
     pos = seq - r + rows  # [R]
     floor = math.log(diag_eps)
     log_p_diag = s[:, :, rows, pos] - lse  # [B, Hq, R]
-    diag_visible = visible[:, :, rows, pos]  # [B, 1, R]
+    diag_visible = visible[:, :, rows, pos] & (lse != float("-inf"))  # [B, Hq, R]
     diag_log = torch.where(diag_visible, log_p_diag.clamp(min=floor), floor)
     prev = (pos - 1).clamp(min=0)
     has_prev = pos[None, :] > prompt_len[:, None]  # [B, R]
