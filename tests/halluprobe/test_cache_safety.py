@@ -120,3 +120,46 @@ def test_concurrent_writers_keep_every_shard(tmp_path, record_factory):
     cache = FeatureCache(tmp_path, {"p": "same"})
     assert len(cache) == 24 and cache.ids == {f"w{100 * w + i}" for w in range(3) for i in range(8)}
     assert len(cache.load()) == 24
+
+
+def _extract_after_barrier(root: str, barrier, n: int) -> None:
+    """Extract ``n`` examples; the first batch is computed only once every process has looked them up."""
+    from halluprobe.records import ExampleRecord
+
+    def compute(batch):
+        barrier.wait(60)  # both extractions found nothing cached: both compute every example
+        rng = np.random.default_rng(0)
+        return [
+            ExampleRecord(
+                id=ex.id,
+                answer_len=1,
+                prompt_len=3,
+                head_stats=rng.random((1, 2, 3, 2)).astype(np.float32),
+                sink_topk=rng.random((1, 2, 4)).astype(np.float32),
+                token_prev=rng.random((1, 2, 1)).astype(np.float32),
+                logit_pooled=rng.random(6).astype(np.float32),
+                token_logit=rng.random((1, 3)).astype(np.float32),
+                hidden_pooled=rng.random((1, 8)).astype(np.float32),
+                mtopdiv=np.zeros((0,), np.float32),
+            )  # fmt: skip
+            for ex in batch
+        ]
+
+    examples = [Ex(f"e{i}", f"context {i}") for i in range(n)]
+    out = extract_records(examples, compute, FeatureCache(root, {"p": 1}), batch_size=n)
+    assert [r.id for r in out] == [e.id for e in examples]
+
+
+def test_two_extractions_of_the_same_examples_cache_each_record_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_extract_after_barrier, args=(str(tmp_path), barrier, 36)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    cache = FeatureCache(tmp_path, {"p": 1})
+    assert len(cache) == 36 and len(cache.keys) == 36  # each record once, not one copy per writer
+    shards = json.loads((tmp_path / "index.json").read_text())["shards"]
+    assert len(shards) == 1 and sorted(p.name for p in tmp_path.glob("shard-*")) == [shards[0]["file"]]
