@@ -163,3 +163,41 @@ def test_two_extractions_of_the_same_examples_cache_each_record_once(tmp_path):
     assert len(cache) == 36 and len(cache.keys) == 36  # each record once, not one copy per writer
     shards = json.loads((tmp_path / "index.json").read_text())["shards"]
     assert len(shards) == 1 and sorted(p.name for p in tmp_path.glob("shard-*")) == [shards[0]["file"]]
+
+
+def _proxy_at(folder, seed: int):
+    """A tiny random Llama saved to ``folder`` (replacing what is there) and loaded back from it."""
+    import torch
+    from flashstats_hf import ATTN_IMPLEMENTATION
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=2,
+    )  # fmt: skip
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=ATTN_IMPLEMENTATION).eval()
+
+
+def test_new_weights_at_the_same_proxy_path_are_extracted_again(tmp_path, char_extractor, monkeypatch):
+    monkeypatch.setenv("FLASHSTATS_CACHE", str(tmp_path / "digests"))
+    folder, examples = tmp_path / "proxy", [Ex("e0", "Paris is in France."), Ex("e1", "Lyon.")]
+
+    def extract(model):
+        ext = char_extractor(model, backend="torch")
+        calls: list[str] = []
+
+        def compute(batch):
+            calls.extend(ex.id for ex in batch)
+            return ext(batch)
+
+        cache = FeatureCache(tmp_path / "cache", {**ext.settings, "proxy": str(folder)})  # as the CLI keys it
+        return extract_records(examples, compute, cache, batch_size=2), calls
+
+    first, calls = extract(_proxy_at(folder, seed=0))
+    assert sorted(calls) == ["e0", "e1"]
+    assert extract(_proxy_at(folder, seed=0))[1] == []  # the same weights written again: records reused
+    second, calls = extract(_proxy_at(folder, seed=1))
+    assert sorted(calls) == ["e0", "e1"]  # other weights under the same path: nothing stale
+    assert not np.array_equal(first[0].head_stats, second[0].head_stats)
