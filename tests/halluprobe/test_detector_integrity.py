@@ -104,6 +104,67 @@ def test_resealed_bad_fields_are_named(det, change, message):
         Detector.load(path)
 
 
+def _block(name, change):
+    def edit(doc):
+        (cfg,) = (b for b in doc["blocks"] if b["name"] == name)
+        change(cfg)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _block("A7", lambda b: b.update(heads=[-1])),
+            r"'blocks\[0\]' \('A7'\): A7 heads must be an integer >= 0",
+        ),
+        (_block("A7", lambda b: b.update(heads=[0, 1.5])), "A7 heads must be an integer"),
+        (lambda d: d.update(feature_set="L9"), "field 'feature_set' is 'L9' .* but field 'blocks' holds"),
+        (lambda d: d.update(feature_set="A7L9"), "field 'feature_set' is 'A7L9'"),
+        (lambda d: d.update(feature_set="B12"), "field 'feature_set': feature set 'B12' is not"),
+        (lambda d: d.update(selection={"K": "sixteen"}), "field 'selection.K' must be a finite number"),
+        (lambda d: d.update(selection={"K": 16}), "selection' has K = 16 but the blocks imply 2"),
+        (lambda d: d.update(selection={"k": 3}), "selection' has k = 3 but the blocks imply 2"),
+        (
+            _block("A64", lambda b: b.update(k="2")),
+            r"A64 sink count k must be an integer in 1\.\.\d+, got '2'",
+        ),
+        (_block("A64", lambda b: b.update(components=0.5)), "A64 components must be an integer >= 1"),
+        (
+            _block("H64", lambda b: b.update(layer=1)),
+            "H64 field 'layer' is 1 but field 'hidden_layers' keeps 1",
+        ),
+        (_block("H64", lambda b: b.update(layer=True)), "H64 layer must be an integer"),
+        (
+            _block("L9", lambda b: b.update(features=["attention.max"])),
+            "L9 needs features from L9_CANDIDATES",
+        ),
+    ],
+    ids=[
+        "negative-head",
+        "float-head",
+        "L9-on-A7",
+        "blocks-missing",
+        "unknown-set",
+        "K-string",
+        "K-mismatch",
+        "k-mismatch",
+        "k-string",
+        "components-float",
+        "H64-layer-range",
+        "H64-layer-bool",
+        "L9-feature",
+    ],
+)
+def test_resealed_fields_that_make_no_sense_are_named(det, change, message):
+    path, _ = det
+    _edit(path, doc_change=change)
+    with pytest.raises(ValueError, match=message) as err:
+        Detector.load(path)
+    assert str(path / "detector.json") in str(err.value)
+
+
 def test_nan_threshold_cannot_even_be_written_as_json(det):
     path, _ = det
     doc = json.loads((path / "detector.json").read_text())
@@ -186,3 +247,33 @@ def test_round_trip_still_predicts_the_same(det):
     path, val = det
     again = Detector.load(path)
     assert np.isfinite(again.score_records(val)).all()
+
+
+def _drop_last_raw_feature(prefix):
+    def change(t):
+        for key in ("mean", "scale", "center"):
+            t[prefix + key] = t[prefix + key][:-1].copy()
+        t[prefix + "components"] = t[prefix + "components"][:, :-1].copy()
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("doc_change", "tensor_change", "message"),
+    [
+        (
+            _block("A64", lambda b: b.update(components=4)),
+            None,
+            "12 rows, more than its config's components = 4",
+        ),
+        (None, lambda t: t.update({"block0.mean": np.zeros(3, np.float32)}), "block A7 fits nothing"),
+        (None, _drop_last_raw_feature("block1."), "11 raw features, not a multiple of 2"),
+    ],
+    ids=["too-many-components", "tensor-on-A7", "A64-width-not-k-per-head"],
+)
+def test_arrays_that_disagree_with_the_configs_are_named(det, doc_change, tensor_change, message):
+    path, _ = det
+    _edit(path, doc_change=doc_change, tensor_change=tensor_change)
+    with pytest.raises(ValueError, match=message) as err:
+        Detector.load(path)
+    assert str(path / "detector.safetensors") in str(err.value)

@@ -136,6 +136,29 @@ def test_build_refuses_a_builder_flag_it_would_ignore(tmp_path, capsys, flags, m
     assert match in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("spec", "flags", "match"),
+    [
+        ("ragtruth-qa:SRC", ["--task", "Summary"], "'ragtruth-qa' builds the QA task only"),
+        ("ragtruth-summary:SRC", ["--task", "Summary", "--task", "QA"], "builds the Summary task only"),
+        ("default", ["--n-contexts", "2"], "--n-contexts must be an even number >= 12"),
+        ("default", ["--n-contexts", "10"], "--n-contexts must be an even number >= 12"),
+    ],
+)
+def test_build_refuses_options_that_contradict_the_builder(tmp_path, capsys, spec, flags, match):
+    out = tmp_path / "x.jsonl"
+    assert main(["build", spec.replace("SRC", str(tmp_path)), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_fewest_default_contexts_fill_every_split(tmp_path):
+    out = tmp_path / "d.jsonl"
+    assert main(["build", "default", "--out", str(out), "--n-contexts", "12"]) == 0
+    ds = read_jsonl(out)
+    assert all(len(ds.split(s).examples) > 0 for s in ("train", "validation", "test"))
+
+
 @pytest.mark.parametrize("command", ["stats", "baselines", "build"])
 @pytest.mark.parametrize(
     ("spec", "match"),

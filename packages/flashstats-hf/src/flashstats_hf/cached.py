@@ -36,7 +36,14 @@ from flashstats_hf._recorder import _ACTIVE, activate, check_reached, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
-from flashstats_hf.record import DEFAULT_REQUEST, _decoder, _layer_indices
+from flashstats_hf.record import (
+    DEFAULT_REQUEST,
+    _decoder,
+    _layer_indices,
+    check_causal_lm,
+    check_token_ids,
+    key_mask_of,
+)
 from flashstats_hf.types import ForwardStats
 
 if TYPE_CHECKING:
@@ -96,7 +103,9 @@ def _prompt_keep(mask: object, batch: int, prompt_len: int) -> torch.Tensor:
         mask = mask[:, 0, prompt_len - 1]
         if mask.dtype != torch.bool and mask.is_floating_point():
             mask = mask > torch.finfo(mask.dtype).min / 2
-    return mask[:, :prompt_len].to(torch.bool)
+        mask = mask.to(torch.bool)
+    # the checks of record_forward: 0/1 values, left padding, every prompt ending on a real token
+    return key_mask_of(mask[:, :prompt_len], (batch, prompt_len), mask.device)
 
 
 class CachedRecorder:
@@ -142,6 +151,7 @@ class CachedRecorder:
         backend: str = "auto",
     ) -> None:
         register_flashstats()
+        check_causal_lm(model, "CachedRecorder")
         # a Transformers model's config (nn.Module.__getattr__ is typed Tensor | Module)
         self.config = cast("PretrainedConfig", model.config)
         if getattr(self.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION or model.training:
@@ -219,10 +229,10 @@ class CachedRecorder:
             raise RuntimeError("CachedRecorder records inference only: run the model under torch.no_grad()")
         b, q = ids.shape
         self.reached.clear()
-        if self.seen == 0:
-            self._start(ids, kwargs.get("attention_mask"))
         if self.seen == 0 and q < self.prompt_len:
             raise ValueError(f"the first call must hold the whole prompt ({self.prompt_len} tokens), got {q}")
+        if self.seen == 0:
+            self._start(ids, kwargs.get("attention_mask"))
         self.cache = cache
         total = self.seen + q
         self._ensure(total, max(total, cache.get_max_length()))
@@ -509,15 +519,23 @@ class CachedRecorder:
 
             self.cache = DynamicCache(config=self.config)
         dev = next(self.model.parameters()).device
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.is_floating_point():
+            raise ValueError(f"input_ids must be a [B, q] integer tensor, got {input_ids!r:.80}")
         ids = input_ids.to(dev)
         if self.seen and attention_mask is not None:
             raise ValueError("attention_mask is taken on the first call only (later tokens are all real)")
         b, q = ids.shape
+        if self.seen and b != self._bufs.key_mask.shape[0]:
+            raise ValueError(
+                f"feed got {b} example(s) but the prompt in the cache has {self._bufs.key_mask.shape[0]}: "
+                "feed the next tokens of every example together (or restart() with a new prompt)"
+            )
+        check_token_ids(ids, self.model)
         keep = torch.ones(b, self.seen + q, dtype=torch.bool, device=dev)
         if self.seen:
             keep[:, : self.prompt_len] = self._bufs.key_mask[:, : self.prompt_len]
         elif attention_mask is not None:
-            keep = attention_mask.to(device=dev, dtype=torch.bool)
+            keep = key_mask_of(attention_mask, (b, q), dev)
         position_ids = (keep.long().cumsum(1) - 1).clamp(min=0)[:, self.seen :]
         n_p = min(max(self.prompt_len - self.seen, 0), q)
         rows = 1 if n_p == q else q - max(n_p - 1, 0)  # the logit rows that predict answer tokens

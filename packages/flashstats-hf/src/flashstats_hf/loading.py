@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -88,19 +91,100 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "flashstats"
 
 
-def gguf_digest(gguf_path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a GGUF file's bytes (about a second per GB): the key of its dequantised copy."""
+def file_digest(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """Hex SHA-256 of a file's bytes (about a second per GB), remembered in the cache folder.
+
+    The digest is stored under ``digests/`` of `cache_root` with the file's resolved path, size,
+    modification and status-change times and inode; while all of them match, later calls read it back
+    instead of hashing again. Any write to the file changes its status-change time (which, unlike the
+    modification time, cannot be set back), so a rewritten file is always hashed again. A cache folder
+    that cannot be written only costs the memo.
+
+    Args:
+        path: the file.
+        cache_dir: cache folder (see `cache_root`).
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    stamp = [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    memo = cache_root(cache_dir) / "digests" / f"{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.json"
+    try:
+        known = json.loads(memo.read_text())
+        if known.get("stamp") == stamp and re.fullmatch(r"[0-9a-f]{64}", str(known.get("sha256"))):
+            return str(known["sha256"])
+    except (OSError, ValueError, AttributeError):
+        pass
     h = hashlib.sha256()
-    with open(gguf_path, "rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(8 << 20), b""):
             h.update(chunk)
+    digest = h.hexdigest()
+    with contextlib.suppress(OSError):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"stamp": stamp, "sha256": digest}, out)
+        os.replace(tmp, memo)
+    return digest
+
+
+def gguf_digest(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """Hex SHA-256 of a GGUF file's bytes (`file_digest`): the key of its dequantised copy."""
+    return file_digest(gguf_path, cache_dir)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".txt", ".tiktoken")
+"""Files of a model folder that `weights_digest` hashes: weights, configs and tokenizer files."""
+
+
+def weights_digest(model: torch.nn.Module, cache_dir: str | os.PathLike | None = None) -> str:
+    """Hex SHA-256 that changes whenever the weights, config or tokenizer a model was loaded from change.
+
+    For a model loaded from a local folder or the Hugging Face cache (``config._name_or_path``), the
+    digest covers the folder's files with `WEIGHT_SUFFIXES` (names and `file_digest` of each, so a
+    rerun on unchanged files costs no hashing). A model built in memory (no such folder) is hashed from
+    its parameters and buffers. Two models with the same digest give the same statistics.
+
+    Args:
+        model: a Transformers model (``load_model``).
+        cache_dir: cache folder of the per-file digests (see `cache_root`).
+    """
+    folder = _loaded_from(model)
+    h = hashlib.sha256()
+    if folder is not None:
+        for file in sorted(folder.iterdir()):
+            if file.suffix in WEIGHT_SUFFIXES and file.is_file() and not file.name.startswith("."):
+                h.update(f"{file.name}\0{file_digest(file, cache_dir)}\n".encode())
+        return h.hexdigest()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def _loaded_from(model: torch.nn.Module) -> Path | None:
+    """The folder ``model`` was loaded from: a local folder, or its snapshot in the Hugging Face cache."""
+    name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if not name:
+        return None
+    if Path(name).is_dir():
+        return Path(name)
+    try:
+        from transformers.utils import cached_file
+
+        config = cached_file(
+            name, "config.json", local_files_only=True, _raise_exceptions_for_missing_entries=False
+        )
+    except (OSError, ValueError):
+        return None
+    return Path(config).parent if config else None
 
 
 def gguf_cache_folder(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where `dequantized_gguf` keeps the converted copy of ``gguf_path``: named by its content hash."""
     gguf_path = Path(gguf_path)
-    return cache_root(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)[:32]}"
+    return cache_root(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path, cache_dir)[:32]}"
 
 
 def remove_orphans(root: Path) -> None:

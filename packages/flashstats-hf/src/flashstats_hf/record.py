@@ -38,6 +38,66 @@ class _Batch:
     row_index: torch.Tensor  # [B, A] int64 response row of answer token a (clamped)
 
 
+def check_causal_lm(model: object, who: str) -> None:
+    """A named `TypeError` unless ``model`` is a Transformers model (a module with a ``PretrainedConfig``)."""
+    from transformers import PretrainedConfig
+
+    if not isinstance(model, torch.nn.Module) or not isinstance(
+        getattr(model, "config", None), PretrainedConfig
+    ):
+        raise TypeError(
+            f"{who} expects a Transformers causal LM (flashstats_hf.load_model or "
+            f"AutoModelForCausalLM.from_pretrained), got {type(model).__name__}"
+        )
+
+
+def check_token_ids(ids: torch.Tensor, model: torch.nn.Module) -> None:
+    """A named `ValueError` unless every id of ``ids`` lies in ``[0, vocabulary size)`` of ``model``."""
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    emb = get_embeddings() if callable(get_embeddings) else None
+    vocab = getattr(emb, "num_embeddings", None) or getattr(
+        getattr(model, "config", None), "vocab_size", None
+    )
+    if vocab is None or ids.numel() == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab:
+        raise ValueError(
+            f"input_ids must lie in [0, {vocab}) (the model's vocabulary size), got ids from {lo} to {hi}"
+        )
+
+
+def key_mask_of(attention_mask: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``[B, L] bool`` from a 0/1 bool or integer mask of ``shape``: left-padded, ending on a real token.
+
+    Raises:
+        ValueError: another shape or dtype, values other than 0 and 1, or not left padding.
+    """
+    if attention_mask is None:
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    if (
+        not isinstance(attention_mask, torch.Tensor)
+        or tuple(attention_mask.shape) != tuple(shape)
+        or attention_mask.is_floating_point()
+        or attention_mask.is_complex()
+    ):
+        raise ValueError(
+            f"attention_mask must be None or a [B, L] = {tuple(shape)} bool or integer tensor of 0/1, got "
+            f"{_describe(attention_mask)}"
+        )
+    if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(
+            f"attention_mask must hold only 0 (padding) and 1 (real tokens), got values "
+            f"{sorted(set(attention_mask.unique().tolist()))[:6]}"
+        )
+    key_mask = attention_mask.to(device=device, dtype=torch.bool)
+    if not bool((key_mask[:, 1:] >= key_mask[:, :-1]).all() and key_mask[:, -1].all()):
+        raise ValueError(
+            "attention_mask must be left-padded: zeros (padding) then ones, ending on a real token"
+        )
+    return key_mask
+
+
 def _as_batch(input_ids: object, response_start: object, attention_mask: object) -> _Batch:
     """Validates the inputs (left padding, at least one prompt and one answer token) and indexes them."""
     if (
@@ -56,19 +116,7 @@ def _as_batch(input_ids: object, response_start: object, attention_mask: object)
             f"input_ids must hold at least one example and one token, got shape {tuple(input_ids.shape)}"
         )
     device = input_ids.device
-    if attention_mask is None:
-        key_mask = torch.ones(batch, length, dtype=torch.bool, device=device)
-    elif isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
-        key_mask = attention_mask.to(device=device, dtype=torch.bool)
-    else:
-        raise ValueError(
-            f"attention_mask must be None or a [B, L] = {tuple(input_ids.shape)} tensor, got "
-            f"{_describe(attention_mask)}"
-        )
-    if not bool((key_mask[:, 1:] >= key_mask[:, :-1]).all() and key_mask[:, -1].all()):
-        raise ValueError(
-            "attention_mask must be left-padded: zeros (padding) then ones, ending on a real token"
-        )
+    key_mask = key_mask_of(attention_mask, (batch, length), device)
     start = _response_start(response_start, batch, device)
     n_pad = length - key_mask.sum(dim=1)
     answer_len, prompt_len = length - start, start - n_pad
@@ -469,6 +517,7 @@ def record_forward(
           ``A`` the longest answer.
     """
     register_flashstats()
+    check_causal_lm(model, "record_forward")
     if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
         raise ValueError(
             f"model must use attn_implementation={ATTN_IMPLEMENTATION!r}, got "
@@ -482,6 +531,7 @@ def record_forward(
     if isinstance(input_ids, torch.Tensor):
         input_ids = input_ids.to(device)
     batch = _as_batch(input_ids, response_start, attention_mask)
+    check_token_ids(input_ids, model)
     scored = _layer_indices(layers, len(decoder_layers), "layers")
     kept = (
         ()

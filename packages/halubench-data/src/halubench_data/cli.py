@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     b.add_argument("--seed", type=int, default=42, help="seed of filters and splits (default 42)")
     b.add_argument(
-        "--task", action="append", help="RAGTruth task to keep (QA, Summary, Data2txt); repeatable"
+        "--task",
+        action="append",
+        help="RAGTruth task to keep (QA, Summary, Data2txt); repeatable; ragtruth-<task> takes only its own",
     )
     b.add_argument(
         "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
@@ -70,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-contexts",
         type=int,
         default=None,
-        help="the 'default' builder only: number of synthetic contexts, even (default 100)",
+        help="the 'default' builder only: number of synthetic contexts, even, >= 12 (default 100)",
     )
     clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
@@ -97,8 +99,15 @@ def _build(args: argparse.Namespace) -> Dataset:
     if args.n_contexts is not None and name != "default":
         raise clikit.UsageError(f"--n-contexts applies to 'default', not to {args.spec}")
     n_contexts = 100 if args.n_contexts is None else args.n_contexts
-    if name == "default" and (n_contexts < 2 or n_contexts % 2):
-        raise clikit.UsageError(f"--n-contexts must be an even number >= 2, got {n_contexts}")
+    if name == "default":
+        from .default import fewest_contexts
+
+        least = fewest_contexts()
+        if n_contexts < least or n_contexts % 2:
+            raise clikit.UsageError(
+                f"--n-contexts must be an even number >= {least} (the fewest that give the train, "
+                f"validation and test splits one family of two contexts each), got {n_contexts}"
+            )
     options = BuildOptions(
         seed=args.seed,
         tasks=tuple(args.task) if args.task else None,

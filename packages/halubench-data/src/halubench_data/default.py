@@ -24,7 +24,7 @@ from typing import Any
 
 from .dataset import Dataset, LoadReport
 from .leakage import assign_splits
-from .schema import Example, Span
+from .schema import SPLITS, Example, Span
 
 FIRST = (
     "Mara Tomas Ines Kofi Lena Ravi Elsa Jonas Amir Petra Noor Hugo Dalia Felix Sana Oskar Yara Ivo".split()
@@ -462,12 +462,25 @@ def _family(fam: int, r: random.Random, n_questions: int) -> list[Example]:
     return out
 
 
+def fewest_contexts() -> int:
+    """The smallest ``n_contexts`` whose 70/15/15 group split gives every split at least one family.
+
+    Families are alike in size and labels, so the answer depends on neither the seed nor the questions
+    per context; `build_default` with fewer contexts leaves the validation or test split empty.
+    """
+    families = 1
+    while set(assign_splits([str(g) for g in range(families)]).values()) != set(SPLITS):
+        families += 1
+    return 2 * families
+
+
 def build_default(seed: int = 42, n_contexts: int = 100, questions_per_context: int = 3) -> Dataset:
     """Generate the default dataset deterministically (no download).
 
     Args:
         seed: seed of the generator and of the 70/15/15 group split.
-        n_contexts: number of contexts (even; two sibling contexts per family and group).
+        n_contexts: number of contexts (even; two sibling contexts per family and group). Below
+            `fewest_contexts` (12) the validation or test split is empty.
         questions_per_context: questions per context (1 to 7); each question gives two faithful and
             two hallucinated examples per family.
 

@@ -39,7 +39,7 @@ class BuildOptions:
     seed: int = 42
     """Seed of the builders' filters and 70/15/15 group splits."""
     tasks: tuple[str, ...] | None = None
-    """RAGTruth tasks to keep (``None``: all, or the one named by ``ragtruth-<task>``)."""
+    """RAGTruth tasks to keep (``None``: all, or the one of ``ragtruth-<task>``, which refuses others)."""
     models: tuple[str, ...] | None = None
     """RAGTruth generators to keep (``None``: all)."""
     apply_filters: bool = True
@@ -101,7 +101,13 @@ def _builder(name: str, opts: BuildOptions) -> Callable[[Path], Dataset]:
 
     if name.startswith("ragtruth"):
         fn = b.build_ragtruth_original if name == "ragtruth-original" else b.build_ragtruth
-        tasks = opts.tasks or ((_RAGTRUTH_TASKS[name],) if name in _RAGTRUTH_TASKS else b.TASKS)
+        own = _RAGTRUTH_TASKS.get(name)
+        if own is not None and opts.tasks is not None and set(opts.tasks) != {own}:
+            raise ValueError(
+                f"dataset builder {name!r} builds the {own} task only, but the tasks asked for are "
+                f"{list(opts.tasks)} (--task); use 'ragtruth:PATH' to choose tasks"
+            )
+        tasks = opts.tasks or ((own,) if own is not None else b.TASKS)
         return lambda p: fn(p, tasks=tasks, models=opts.models, seed=opts.seed)
     if name == "halubench":
         return lambda p: b.build_halubench(p, apply_filters=opts.apply_filters, seed=opts.seed)

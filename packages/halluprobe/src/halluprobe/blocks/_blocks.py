@@ -73,6 +73,14 @@ def parse_feature_set(name: str) -> tuple[str, ...]:
     return tuple(b for b in BLOCK_NAMES if b in parts)
 
 
+def _check_int(block: str, field: str, value: Any, lo: int, hi: int | None = None) -> None:
+    """A named error unless ``value`` is an integer (not a bool) in ``[lo, hi]``."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+    if not ok or value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ValueError(f"{block} {field} must be an integer {bound}, got {value!r}")
+
+
 def _stat(records: list[ExampleRecord], stat: str, pool: str) -> np.ndarray:
     """``[n, NL, H]`` one pooled head statistic."""
     s, p = HEAD_STATS.index(stat), POOLS.index(pool)
@@ -160,6 +168,8 @@ class A7Block(Block):
         bad = [f for f in features if f not in HEAD_FEATURES]
         if bad or not len(heads) or not features:
             raise ValueError(f"A7 needs at least one head and features from HEAD_FEATURES; bad: {bad}")
+        for head in heads:  # flat indices into the NL * H scored heads (their upper end: at transform)
+            _check_int("A7", "heads", head, 0)
         self.heads = heads
         self.features = features
 
@@ -212,8 +222,8 @@ class A64Block(_ProjectedBlock):
     name = "A64"
 
     def __init__(self, k: int = 1, components: int = 64):
-        if not 1 <= k <= MAX_SINKS:
-            raise ValueError(f"A64 sink count k must be in 1..{MAX_SINKS}, got {k}")
+        _check_int("A64", "sink count k", k, 1, MAX_SINKS)
+        _check_int("A64", "components", components, 1)
         self.k = k
         self.components = components
 
@@ -234,6 +244,8 @@ class H64Block(_ProjectedBlock):
     name = "H64"
 
     def __init__(self, layer: int = 0, components: int = 64):
+        _check_int("H64", "layer", layer, 0)
+        _check_int("H64", "components", components, 1)
         self.layer = layer
         self.components = components
 

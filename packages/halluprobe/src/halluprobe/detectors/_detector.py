@@ -11,8 +11,9 @@ On disk a detector is a folder with two files:
 
 [`Detector.load`][halluprobe.Detector.load] parses JSON and safetensors only, so loading never runs code
 from the files. It opens only regular files of bounded size (no links, FIFOs or devices), and rejects
-another format version, any edit to either file, a field of the wrong type or range, and any
-non-finite array or array whose shape the metadata does not promise.
+another format version, any edit to either file, a field of the wrong type or range, fields that
+contradict each other (blocks and feature set, K and k and the blocks), and any non-finite array or
+array whose shape the metadata does not promise.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class Detector:
             tensors = load_tensors(raw)
         except SafetensorError as exc:
             raise ValueError(f"{path / _TENSORS} is not a safetensors file: {exc}") from None
-        fit = _fit_from(doc, tensors, str(path / _TENSORS))
+        fit = _fit_from(doc, tensors, where, str(path / _TENSORS))
         token_probe = _token_probe_from(doc.get("token_probe"), tensors, str(path / _TENSORS))
         det = cls(fit, doc["proxy"], doc["layers"], doc["hidden_layers"], token_probe)
         det.source = path
@@ -347,8 +348,10 @@ def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> 
     if meta is None:
         return None
     keys = ("intercept", "C", "threshold", "val_auroc")
-    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), int | float) for k in keys):
+    if not isinstance(meta, dict):
         raise ValueError(f"{where}: field 'token_probe' must be an object with numbers {keys}")
+    for key in keys:
+        dfile.number(meta, key, where, field=f"token_probe.{key}")
     try:
         mean, scale, coef = (tensors[f"token.{k}"] for k in ("mean", "scale", "coef"))
     except KeyError as exc:
@@ -375,16 +378,17 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"a detector file holds the non-finite number {name}; every field must be finite")
 
 
-def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], where: str) -> ProbeFit:
-    """The `ProbeFit` of a checked document and its tensors (every array checked)."""
+def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], doc_where: str, where: str) -> ProbeFit:
+    """The `ProbeFit` of a checked document (``doc_where``) and its tensors (``where``), arrays checked."""
     blocks, width = [], 0
     for i, cfg in enumerate(doc["blocks"]):
         prefix = f"block{i}."
         arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         try:
             block = block_from_state(cfg, arrays)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{where}: block {i} ({cfg.get('name')!r}) is malformed: {exc!r}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"{doc_where}: field 'blocks[{i}]' ({cfg.get('name')!r}): {detail}") from None
         width += dfile.block_width(block.name, block.config, block.arrays, where)
         blocks.append(block)
     dfile.check_final(tensors, width, where)

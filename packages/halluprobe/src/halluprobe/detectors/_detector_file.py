@@ -71,12 +71,15 @@ def document_digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _number(doc: dict, key: str, where: str, *, lo: float | None = None, hi: float | None = None) -> float:
-    value = doc.get(key)
+def number(
+    doc: dict, key: str, where: str, *, lo: float | None = None, hi: float | None = None, field: str = ""
+) -> float:
+    """``doc[key]`` as a float, or a ValueError naming ``where`` and ``field`` (default ``key``)."""
+    value, field = doc.get(key), field or key
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}: field {key!r} must be a finite number, got {value!r}")
+        raise ValueError(f"{where}: field {field!r} must be a finite number, got {value!r}")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{where}: field {key!r} must lie in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{where}: field {field!r} must lie in [{lo}, {hi}], got {value!r}")
     return float(value)
 
 
@@ -97,11 +100,11 @@ def check_document(doc: Any, where: str) -> None:
     """
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    _number(doc, "threshold", where, lo=0.0, hi=1.0)
-    _number(doc, "intercept", where)
-    _number(doc, "C", where, lo=0.0)
+    number(doc, "threshold", where, lo=0.0, hi=1.0)
+    number(doc, "intercept", where)
+    number(doc, "C", where, lo=0.0)
     if doc.get("val_auroc") is not None:  # null when validation had one class
-        _number(doc, "val_auroc", where, lo=0.0, hi=1.0)
+        number(doc, "val_auroc", where, lo=0.0, hi=1.0)
     if not isinstance(doc.get("feature_set"), str) or not doc["feature_set"]:
         raise ValueError(
             f"{where}: field 'feature_set' must be a non-empty string, got {doc.get('feature_set')!r}"
@@ -113,8 +116,50 @@ def check_document(doc: Any, where: str) -> None:
     blocks = doc.get("blocks")
     if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
         raise ValueError(f"{where}: field 'blocks' must be a non-empty list of objects")
-    if not isinstance(doc.get("selection", {}), dict):
+    _check_meaning(doc, where)
+
+
+def _check_meaning(doc: dict[str, Any], where: str) -> None:
+    """The fields agree with each other: blocks with the feature set, K and k with the blocks, H64's layer."""
+    from halluprobe.blocks import BLOCK_NAMES, parse_feature_set
+
+    names = [b.get("name") for b in doc["blocks"]]
+    for i, name in enumerate(names):
+        if name not in BLOCK_NAMES:
+            raise ValueError(
+                f"{where}: field 'blocks[{i}]' names an unknown feature block {name!r}; expected one of "
+                f"{list(BLOCK_NAMES)}"
+            )
+    try:
+        expected = list(parse_feature_set(doc["feature_set"]))
+    except ValueError as exc:
+        raise ValueError(f"{where}: field 'feature_set': {exc}") from None
+    if names != expected:
+        raise ValueError(
+            f"{where}: field 'feature_set' is {doc['feature_set']!r} (blocks {expected}) but field "
+            f"'blocks' holds {names}"
+        )
+    selection = doc.get("selection", {})
+    if not isinstance(selection, dict):
         raise ValueError(f"{where}: field 'selection' must be an object")
+    for key in selection:
+        number(selection, key, where, field=f"selection.{key}")
+    by_name = dict(zip(names, doc["blocks"], strict=True))
+    implied = {
+        "K": len(by_name["A7"].get("heads", ())) if "A7" in by_name else None,
+        "k": by_name["A64"].get("k") if "A64" in by_name else None,
+    }
+    for key, value in implied.items():
+        if key in selection and selection[key] != value:
+            raise ValueError(
+                f"{where}: field 'selection' has {key} = {selection[key]!r} but the blocks imply {value!r}"
+            )
+    layer = by_name.get("H64", {}).get("layer", 0)
+    if isinstance(layer, int) and not isinstance(layer, bool) and layer >= len(doc["hidden_layers"]):
+        raise ValueError(
+            f"{where}: block H64 field 'layer' is {layer} but field 'hidden_layers' keeps "
+            f"{len(doc['hidden_layers'])} layer(s)"
+        )
 
 
 def _expect(name: str, arr: np.ndarray, shape: tuple[int, ...], where: str) -> None:
@@ -129,9 +174,9 @@ def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: s
     for key, arr in arrays.items():
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             raise ValueError(f"{where}: tensor 'block.{key}' of block {name} has non-finite values")
-    if name == "A7":
-        return len(config.get("features", ()))
-    if name == "L9":  # a fixed selection in the config, nothing fitted
+    if name in ("A7", "L9"):  # a fixed selection in the config, nothing fitted
+        if arrays:
+            raise ValueError(f"{where}: block {name} fits nothing, yet tensors {sorted(arrays)} are stored")
         return len(config.get("features", ()))
     missing = {"mean", "scale", "center", "components"} - set(arrays)
     if missing:
@@ -144,6 +189,14 @@ def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: s
         _expect(f"{name}.{key}", arrays[key], (d,), where)
     if (arrays["scale"] <= 0).any():
         raise ValueError(f"{where}: block {name} has a zero or negative scale (a division by zero)")
+    if comp.shape[0] > config["components"]:
+        raise ValueError(
+            f"{where}: block {name} 'components' has {comp.shape[0]} rows, more than its config's "
+            f"components = {config['components']}"
+        )
+    per_head = config["k"] if name == "A64" else 2  # A64: k sink values per head; H64: mean and std
+    if d % per_head:
+        raise ValueError(f"{where}: block {name} has {d} raw features, not a multiple of {per_head}")
     return int(comp.shape[0])
 
 

@@ -15,7 +15,8 @@ example's id, context, question and answer (`FeatureCache.key`): an example edit
 another dataset with overlapping ids, or other settings never return stale records; they are computed
 again. Every file is written to a temporary name and renamed into place; a shard becomes part of the
 cache only when the index that lists it is renamed into place, under the lock, after re-reading the
-index, so concurrent writers into one folder keep each other's shards. A shard that is missing, damaged
+index, so concurrent writers into one folder keep each other's shards, and a record that another
+writer published first is not written again (each key is cached once). A shard that is missing, damaged
 or named outside the folder costs only its own records (dropped from the index, computed again), and
 temporary files older than `STALE_TMP_SECONDS` (a killed write) are removed.
 """
@@ -179,6 +180,9 @@ class FeatureCache:
     def add(self, records: list[ExampleRecord], keys: list[str] | None = None) -> None:
         """Write ``records`` as one new shard and publish it in the index (both atomically, under the lock).
 
+        Records whose keys another writer published meanwhile (two extractions of the same examples into
+        one folder) are left out, so every key is cached once.
+
         Args:
             records: The records.
             keys: Their keys (`key` of each example); None keys them by settings and id only.
@@ -192,19 +196,26 @@ class FeatureCache:
         dup = [r.id for r, k in zip(records, keys, strict=True) if k in known]
         if dup:
             raise ValueError(f"records already cached: {dup[:5]}")
+        with self._locked():  # another writer may have published some of these keys since we looked
+            known = self.keys
+            fresh = [(r, k) for r, k in zip(records, keys, strict=True) if k not in known]
+            if fresh:
+                self._publish(
+                    [*self._shards, self._write_shard([r for r, _ in fresh], [k for _, k in fresh])]
+                )
+
+    def _write_shard(self, records: list[ExampleRecord], keys: list[str]) -> dict[str, Any]:
+        """Write ``records`` to a new shard file (atomically); returns its index entry."""
         name = f"shard-{secrets.token_hex(8)}.safetensors"
         tensors: dict[str, np.ndarray] = {}
         for i, r in enumerate(records):
             for key in _ARRAYS:
                 tensors[f"{i}.{key}"] = np.ascontiguousarray(getattr(r, key), dtype=np.float32)
         meta = {"records": json.dumps([[r.id, r.answer_len, r.prompt_len] for r in records])}
-        self.root.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.root / name) as tmp:
             save_file(tensors, str(tmp), metadata=meta)
             digest = sha256_file(tmp)
-        entry = {"file": name, "ids": [r.id for r in records], "keys": keys, "sha256": digest}
-        with self._locked():
-            self._publish([*self._shards, entry])
+        return {"file": name, "ids": [r.id for r in records], "keys": keys, "sha256": digest}
 
     def refresh(self) -> None:
         """Re-read the index (after another process, e.g. rank 0 of a distributed run, changed it)."""

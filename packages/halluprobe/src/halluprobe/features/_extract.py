@@ -175,6 +175,7 @@ class ProxyExtractor:
     token_store: Any = None
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
     _graphed: Any = field(default=None, repr=False)
+    _weights: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
         n = int(self.model.config.num_hidden_layers)
@@ -192,15 +193,23 @@ class ProxyExtractor:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What the records depend on (part of every cache key): proxy, layers, TOHA, chat template."""
+        """What the records depend on (part of every cache key): proxy, its weights, layers, TOHA, template.
+
+        The weights enter by content (``flashstats_hf.loading.weights_digest``, hashed once per file and
+        remembered), so a proxy whose weights change at the same path never reuses the old records.
+        """
         import hashlib
 
         from flashstats_hf import LOGIT_STAT_NAMES
+        from flashstats_hf.loading import weights_digest
 
+        if self._weights is None:
+            self._weights = weights_digest(self.model)
         template = getattr(self.tokenizer, "chat_template", None)
         return {
             "logit_stats": len(LOGIT_STAT_NAMES),
             "proxy": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
+            "weights_sha256": self._weights,
             "layers": list(self.layers) if self.layers is not None else None,
             "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
