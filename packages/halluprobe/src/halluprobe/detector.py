@@ -175,12 +175,7 @@ class Detector:
 
         path = Path(path)
         where = str(path / _JSON)
-        try:
-            doc = json.loads(
-                dfile.read_member(path, _JSON, dfile.MAX_JSON_BYTES), parse_constant=_no_constant
-            )
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{where} is not valid JSON: {exc}") from None
+        doc = dfile.read_document(path, _JSON)
         if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
             got = doc.get("format_version") if isinstance(doc, dict) else None
             raise ValueError(
@@ -369,10 +364,6 @@ def _token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> 
     return TokenProbe(
         mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]), **decoding, view=view
     )
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"a detector file holds the non-finite number {name}; every field must be finite")
 
 
 def _fit_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], where: str) -> ProbeFit:
