@@ -328,9 +328,10 @@ def _extract_split(ds, ext, cache, split: str, args):
 
 def cmd_extract(args) -> int:
     """``halluprobe extract``."""
+    data = _check_run(args)
     from halluprobe.distributed import close_world
 
-    ds, ext, cache = _setup(args, _check_run(args))
+    ds, ext, cache = _setup(args, data)
     splits = {}
     try:
         for split in ("train", "validation", "test"):
