@@ -225,3 +225,15 @@ def test_stream_refuses_a_flag_its_mode_would_ignore(tmp_path, capsys, flags, ma
 def test_stream_refuses_text_that_is_not_unicode(tmp_path, capsys):
     assert main(["stream", str(tmp_path), "--context", "caf\udce9", "--answer", "x", "--device", "cpu"]) == 2
     assert "--context is not valid Unicode" in capsys.readouterr().err
+
+
+def test_stream_refuses_a_context_longer_than_the_proxys_positions(detector, monkeypatch):
+    ext = detector.extractor()
+    monkeypatch.setattr(ext.model.config, "max_position_embeddings", 20)
+    scorer = StreamingScorer(detector)
+    with pytest.raises(ValueError, match="the context has .* tokens but the proxy reads at most 20 positions"):
+        scorer.follow("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3)
+    with pytest.raises(ValueError, match="at most 20 positions"):
+        list(scorer.generate("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3))
+    with pytest.raises(ValueError, match="temperature"):
+        list(scorer.generate("a", do_sample=True, temperature=float("nan")))
