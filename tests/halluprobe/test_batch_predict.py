@@ -349,7 +349,10 @@ def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
     detector.save(tmp_path / "d")
     src = tmp_path / "answers.jsonl"
     rows = [{"id": "short", "context": "Ada lives in Lyon.", "answer": "In Rome."}]
-    rows += [{"id": "long", "context": "x" * 400, "answer": "y"}, {"context": "Ben has cats.", "answer": "Dogs."}]
+    rows += [
+        {"id": "long", "context": "x" * 400, "answer": "y"},
+        {"context": "Ben has cats.", "answer": "Dogs."},
+    ]
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--device", "cpu"]
     assert main([*argv, "--json"]) == 2  # documented: exit 2 when a line was not scored
@@ -361,5 +364,8 @@ def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
     warnings = [line for line in printed.err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"{src}:2" in warnings[0] and "item" not in printed.err
     assert "1 of 3 answers in --input" in printed.err.splitlines()[-1]
-    assert main(["predict", str(tmp_path / "d"), "--context", "x" * 400, "--answer", "y", "--device", "cpu"]) == 2
+    assert (
+        main(["predict", str(tmp_path / "d"), "--context", "x" * 400, "--answer", "y", "--device", "cpu"])
+        == 2
+    )
     assert "--context and --answer: example" in capsys.readouterr().err

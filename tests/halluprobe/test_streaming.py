@@ -231,7 +231,9 @@ def test_stream_refuses_a_context_longer_than_the_proxys_positions(detector, mon
     ext = detector.extractor()
     monkeypatch.setattr(ext.model.config, "max_position_embeddings", 20)
     scorer = StreamingScorer(detector)
-    with pytest.raises(ValueError, match="the context has .* tokens but the proxy reads at most 20 positions"):
+    with pytest.raises(
+        ValueError, match="the context has .* tokens but the proxy reads at most 20 positions"
+    ):
         scorer.follow("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3)
     with pytest.raises(ValueError, match="at most 20 positions"):
         list(scorer.generate("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3))
