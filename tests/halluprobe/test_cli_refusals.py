@@ -174,3 +174,10 @@ def test_a_nan_judge_cache_entry_names_the_file_and_line(tmp_path):
     path.write_text(json.dumps(line) + "\n")
     with pytest.raises(ValueError, match=r"cache.jsonl:1: malformed cache line \(score nan is not a finite"):
         ScoreCache(path)
+
+
+def test_a_detector_whose_hub_proxy_is_not_cached_fails_at_once_when_offline(detector_dir, tmp_path):
+    (detector_dir / "detector.json").write_text(json.dumps({"proxy": "someorg/missing-model"}))
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    argv = ["predict", str(detector_dir), "--context", "c", "--answer", "a"]
+    assert_refused(argv, "the proxy of detector", env=env)

@@ -22,14 +22,19 @@ class InputRows:
 
 
 def check_detector_arg(path: str) -> None:
-    """The detector folder and its ``detector.json`` readable as JSON, checked before torch is imported.
+    """The detector folder, its ``detector.json`` readable as JSON and its proxy findable, before torch loads.
 
     Raises:
         FileNotFoundError, NotADirectoryError, ValueError: naming the folder or the file.
     """
+    from halubench_data.cliargs import check_model_arg
+
     from halluprobe.detector_file import read_document
 
-    read_document(Path(path).expanduser(), "detector.json")
+    doc = read_document(Path(path).expanduser(), "detector.json")
+    proxy = doc.get("proxy") if isinstance(doc, dict) else None
+    if isinstance(proxy, str):  # a hub id that an offline install lacks fails now, not after retries
+        check_model_arg(proxy, f"the proxy of detector {path}:")
 
 
 def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
