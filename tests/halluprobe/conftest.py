@@ -121,6 +121,7 @@ def _char_extractor_class():
         def encode(self, ex):
             prompt = [1] + [ord(c) for c in f"{ex.context} {ex.question} "]
             ids = prompt + [ord(c) for c in ex.answer]
+            self.check_length(len(ids), f"example {ex.id!r}")  # the rule of ProxyExtractor.encode
             self._lengths[ex.id] = len(ids)
             return ids, len(prompt)
 

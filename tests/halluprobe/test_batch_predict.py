@@ -339,3 +339,33 @@ def test_token_store_refuses_incomplete_parts_and_old_files(tmp_path):
         np.savez(f, feats=np.ones((3, 2), np.float16), offsets=np.zeros((3, 2), np.int32))
     with pytest.raises(ValueError, match="not a token store file of this version"):
         store.example(ex)
+
+
+def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
+    ext, detector, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    monkeypatch.setattr(ext.model.config, "max_position_embeddings", 120)
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    rows = [{"id": "short", "context": "Ada lives in Lyon.", "answer": "In Rome."}]
+    rows += [
+        {"id": "long", "context": "x" * 400, "answer": "y"},
+        {"context": "Ben has cats.", "answer": "Dogs."},
+    ]
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--device", "cpu"]
+    assert main([*argv, "--json"]) == 2  # documented: exit 2 when a line was not scored
+    printed = capsys.readouterr()
+    docs = [json.loads(line) for line in printed.out.splitlines()]
+    assert [d["id"] for d in docs] == ["short", "long", "3"]
+    assert docs[0]["probability"] is not None and docs[2]["label"] in (0, 1)
+    assert set(docs[1]) == {"id", "error"} and f"{src}:2: example 'long' has" in docs[1]["error"]
+    warnings = [line for line in printed.err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"{src}:2" in warnings[0] and "item" not in printed.err
+    assert "1 of 3 answers in --input" in printed.err.splitlines()[-1]
+    assert (
+        main(["predict", str(tmp_path / "d"), "--context", "x" * 400, "--answer", "y", "--device", "cpu"])
+        == 2
+    )
+    assert "--context and --answer: example" in capsys.readouterr().err

@@ -124,7 +124,7 @@ def test_concurrent_writers_keep_every_shard(tmp_path, record_factory):
 
 def _extract_after_barrier(root: str, barrier, n: int) -> None:
     """Extract ``n`` examples; the first batch is computed only once every process has looked them up."""
-    from halluprobe.records import ExampleRecord
+    from halluprobe.features._records import ExampleRecord
 
     def compute(batch):
         barrier.wait(60)  # both extractions found nothing cached: both compute every example

@@ -242,3 +242,17 @@ def test_cli_stream_emits_no_deprecation_warning(detector, tmp_path, capsys, mon
         warnings.simplefilter("error", DeprecationWarning)
         assert main(["stream", str(tmp_path / "det"), "--context", "w4 w5 w6", *mode, "--json"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith('{"event": "done"')
+
+
+def test_stream_refuses_a_context_longer_than_the_proxys_positions(detector, monkeypatch):
+    ext = detector.extractor()
+    monkeypatch.setattr(ext.model.config, "max_position_embeddings", 20)
+    scorer = StreamingScorer(detector)
+    with pytest.raises(
+        ValueError, match="the context has .* tokens but the proxy reads at most 20 positions"
+    ):
+        scorer.follow("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3)
+    with pytest.raises(ValueError, match="at most 20 positions"):
+        list(scorer.generate("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3))
+    with pytest.raises(ValueError, match="temperature"):
+        list(scorer.generate("a", do_sample=True, temperature=float("nan")))

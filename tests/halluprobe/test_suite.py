@@ -1,4 +1,4 @@
-"""halluprobe.suite and halluprobe.tables: every method on several datasets, typed results, the tables."""
+"""halluprobe.evaluation: every method on several datasets, typed results, the tables."""
 
 import dataclasses
 import json

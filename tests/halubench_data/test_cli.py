@@ -22,8 +22,8 @@ def test_help_does_not_import_the_ml_stack():
 
 
 def test_parser_takes_a_dataset_spec():
-    args = build_parser().parse_args(["build", "lfqa:x", "--out", "y.jsonl"])
-    assert (args.spec, args.out, args.overwrite) == ("lfqa:x", Path("y.jsonl"), False)
+    args = build_parser().parse_args(["build", "--dataset", "lfqa:x", "--out", "y"])
+    assert (args.dataset, args.spec, args.out, args.overwrite) == ("lfqa:x", None, "y", False)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["build", "lfqa", "--source", "x", "--out", "y"])
 
@@ -123,8 +123,9 @@ def test_build_to_a_path_under_a_file_fails_before_building(tmp_path, capsys, mo
 @pytest.mark.parametrize(
     ("flags", "match"),
     [
-        (["--task", "QA"], "--task and --model apply to the ragtruth builders"),
-        (["--model", "gpt-4"], "--task and --model apply to the ragtruth builders"),
+        (["--task", "QA"], "--task and --generator apply to the ragtruth builders"),
+        (["--generator", "gpt-4"], "--task and --generator apply to the ragtruth builders"),
+        (["--model", "gpt-4"], "--task and --generator apply to the ragtruth builders"),
         (["--no-filter"], "--no-filter applies to the halubench builder"),
         (["--n-contexts", "8"], "--n-contexts applies to 'default'"),
     ],
@@ -182,7 +183,8 @@ def test_a_dataset_without_examples_is_bad_input_not_a_table_of_zeros(tmp_path, 
         assert "bad.jsonl:1: field '<json>': malformed JSON" in printed.err
 
 
-def test_build_to_a_folder_says_it_is_a_folder(tmp_path, capsys):
-    assert main(["build", "default", "--out", str(tmp_path)]) == 2
+def test_build_to_a_file_says_it_expects_a_folder(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert main(["build", "--dataset", "default", "--out", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
-    assert f"--out {tmp_path} is a folder; expected a file path" in err and "--overwrite" not in err
+    assert f"--out {tmp_path / 'f'} is a file; expected a folder" in err and "--overwrite" not in err

@@ -136,7 +136,7 @@ def test_limit_reads_the_same_in_every_cli(module, argv, tmp_path, capsys):
     for limit, match in [
         ("all", "missing.jsonl': no such file"),  # accepted: the next check is the dataset's
         ("1", "--limit must be at least 2 examples per split (or 'all'), got 1"),
-        ("lots", "--limit expects a number of examples per split or 'all', got 'lots'"),
+        ("lots", "--limit expects a number of examples per split, 'all' or 'auto', got 'lots'"),
     ]:
         assert main([*argv, "--limit", limit]) == 2
         err = capsys.readouterr().err
@@ -162,7 +162,7 @@ def test_cli_device_errors_exit_2_in_one_line(module, argv, tmp_path, monkeypatc
 
 def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "halubench_data.cli", "stats", str(tmp_path / "missing.jsonl")],
+        [sys.executable, "-m", "halubench_data.cli", "stats", "--dataset", str(tmp_path / "missing.jsonl")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
@@ -300,8 +300,8 @@ def _read_one_line_then_close(argv):
 
 @pytest.mark.parametrize(
     "argv",
-    [["-c", PIPE_SCRIPT, "lines"], ["-m", "halubench_data.cli", "stats", "default"],
-     ["-m", "halubench_data.cli", "stats", "default", "--json"]],
+    [["-c", PIPE_SCRIPT, "lines"], ["-m", "halubench_data.cli", "stats", "--dataset", "default"],
+     ["-m", "halubench_data.cli", "stats", "--dataset", "default", "--json"]],
 )  # fmt: skip
 def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(argv):
     first, code, err = _read_one_line_then_close([sys.executable, *argv])

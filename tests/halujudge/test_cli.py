@@ -20,7 +20,7 @@ def test_parser_reads_the_documented_options(tmp_path):
         2,
         "cuda",
     )
-    assert args.out == tmp_path and args.checker is None
+    assert args.out == str(tmp_path) and args.checker is None
     assert set(TEMPLATES) == set(list_templates())
 
 
@@ -43,7 +43,7 @@ def test_parser_reads_the_documented_options(tmp_path):
         ),
         (
             ["evaluate", "--judge", "j", "--dataset", "d", "--out", "o", "--limit", "lots"],
-            "--limit expects a number of examples per split or 'all', got 'lots'",
+            "--limit expects a number of examples per split, 'all' or 'auto', got 'lots'",
         ),
         (["evaluate", "--judge", "j", "--model", "m", "--dataset", "d", "--out", "o"], "--model applies to"),
         (
@@ -161,6 +161,9 @@ def test_evaluate_end_to_end_and_resume(tiny_llama, tiny_tokenizer, make_example
     assert len(scores) == 10 and all(0 <= s["score"] <= 1 for s in scores)  # --limit 5 per split
     cached = (out / "cache.jsonl").read_text().count("\n")
     assert cached == 4 * 5 + 5  # every template on validation, the chosen one on test
+    assert main(argv) == 2  # earlier outputs are never mixed with new ones
+    assert "pass --overwrite" in capsys.readouterr().err
+    argv.append("--overwrite")  # replaces the outputs; the score cache is kept
     assert main(argv) == 0  # a rerun reads everything from the cache
     assert (out / "cache.jsonl").read_text().count("\n") == cached
     assert json.loads((out / "selection.json").read_text()) == selection

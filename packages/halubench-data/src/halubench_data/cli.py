@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import clikit
+from .select import BUILT_FILE
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -25,7 +25,7 @@ SPEC_HELP = (
 COUNTS = "[{source, label, split, n}]: examples per source, label (1 = hallucinated) and split"
 JSON_BUILD = {
     "dataset": "the dataset's name",
-    "out": "the JSONL file written",
+    "out": "the JSONL file written (OUT/dataset.jsonl)",
     "n_examples": "examples written",
     "counts": COUNTS,
     "report": "what the builder read, kept and dropped: {source, n_read, n_kept, n_dropped, filtered, "
@@ -55,9 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a dataset from local files and write it as JSONL")
-    b.add_argument("spec", help=SPEC_HELP)
-    b.add_argument("--out", type=Path, required=True, help="output JSONL file (written atomically)")
-    b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    _add_spec(b)
+    clikit.add_out_arg(b, f"the dataset is written to OUT/{BUILT_FILE}, which --dataset OUT reads")
     b.add_argument("--seed", type=int, default=42, help="seed of filters and splits (default 42)")
     b.add_argument(
         "--task",
@@ -65,8 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="RAGTruth task to keep (QA, Summary, Data2txt); repeatable; ragtruth-<task> takes only its own",
     )
     b.add_argument(
-        "--model", action="append", help="RAGTruth generator to keep, e.g. llama-2-70b-chat; repeatable"
-    )
+        "--generator", action="append", metavar="NAME",
+        help="RAGTruth: keep the answers of this generator model, e.g. llama-2-70b-chat; repeatable",
+    )  # fmt: skip
+    b.add_argument("--model", action="append", dest="generator_deprecated", help=argparse.SUPPRESS)
     b.add_argument("--no-filter", action="store_true", help="HaluBench: skip length balancing and linking")
     b.add_argument(
         "--n-contexts",
@@ -76,10 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clikit.add_json_arg(b, JSON_BUILD)
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
-    s.add_argument("spec", help=SPEC_HELP)
+    _add_spec(s)
     clikit.add_json_arg(s, JSON_STATS)
     t = sub.add_parser("baselines", help="answer-only baselines (length, TF-IDF) on a dataset's test split")
-    t.add_argument("spec", help=SPEC_HELP)
+    _add_spec(t)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
     )
@@ -87,17 +88,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_spec(parser: argparse.ArgumentParser) -> None:
+    """``--dataset SPEC`` (required), and the positional SPEC of earlier releases (deprecated)."""
+    clikit.add_dataset_arg(parser, default=None, help=SPEC_HELP)
+    parser.add_argument("spec", nargs="?", default=None, help=argparse.SUPPRESS)
+
+
+def _spec(args: argparse.Namespace) -> str:
+    """The dataset spec of ``--dataset`` (or of the deprecated positional form, with a warning)."""
+    if args.spec is not None and args.dataset is not None:
+        raise clikit.UsageError(f"give the dataset once: --dataset {args.dataset} (not also {args.spec!r})")
+    if args.spec is not None:
+        clikit.warn(f"a positional dataset spec is deprecated and will be removed; use --dataset {args.spec}")
+        return str(args.spec)
+    if args.dataset is None:
+        raise clikit.UsageError("--dataset SPEC is required (e.g. --dataset default)")
+    return str(args.dataset)
+
+
 def _build(args: argparse.Namespace) -> Dataset:
     from .select import BuildOptions, parse_spec
 
-    name = parse_spec(args.spec).name
+    spec = args.dataset
+    name = parse_spec(spec).name
     # a builder's own flag given to another builder would be ignored: refuse it instead
-    if (args.task or args.model) and not name.startswith("ragtruth"):
-        raise clikit.UsageError(f"--task and --model apply to the ragtruth builders, not to {args.spec}")
+    if (args.task or args.generator) and not name.startswith("ragtruth"):
+        raise clikit.UsageError(f"--task and --generator apply to the ragtruth builders, not to {spec}")
     if args.no_filter and name != "halubench":
-        raise clikit.UsageError(f"--no-filter applies to the halubench builder, not to {args.spec}")
+        raise clikit.UsageError(f"--no-filter applies to the halubench builder, not to {spec}")
     if args.n_contexts is not None and name != "default":
-        raise clikit.UsageError(f"--n-contexts applies to 'default', not to {args.spec}")
+        raise clikit.UsageError(f"--n-contexts applies to 'default', not to {spec}")
     n_contexts = 100 if args.n_contexts is None else args.n_contexts
     if name == "default":
         from .default import fewest_contexts
@@ -111,11 +131,11 @@ def _build(args: argparse.Namespace) -> Dataset:
     options = BuildOptions(
         seed=args.seed,
         tasks=tuple(args.task) if args.task else None,
-        models=tuple(args.model) if args.model else None,
+        models=tuple(args.generator) if args.generator else None,
         apply_filters=not args.no_filter,
         n_contexts=n_contexts,
     )
-    return _load(args.spec, options, building=True)
+    return _load(spec, options, building=True)
 
 
 def _load(spec: str, options: BuildOptions | None = None, *, building: bool = False) -> Dataset:
@@ -134,7 +154,7 @@ def _load(spec: str, options: BuildOptions | None = None, *, building: bool = Fa
             raise clikit.UsageError(
                 f"{spec} holds no examples{written}; expected JSON lines written by halubench-data build"
             )
-        filters = " and that --task/--model name values it holds" if building else ""
+        filters = " and that --task/--generator name values it holds" if building else ""
         raise clikit.UsageError(
             f"{spec}: the builder kept no examples{written}; check that the file has the builder's "
             f"format{filters}"
@@ -143,22 +163,38 @@ def _load(spec: str, options: BuildOptions | None = None, *, building: bool = Fa
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """``halubench-data build``: the dataset to ``--out`` (atomically); refuses an empty result."""
+    """``halubench-data build``: the dataset to ``OUT/dataset.jsonl`` (atomically); refuses an empty result.
+
+    An ``--out`` ending in ``.jsonl`` is the file itself, as in earlier releases (deprecated).
+    """
     from .io import write_jsonl
 
-    clikit.check_out_file(args.out)  # a folder, or its folder, before the (possibly long) build
-    if args.out.exists() and not args.overwrite:
-        raise clikit.UsageError(f"--out {args.out} exists; pass --overwrite to replace it")
-    ds = _build(args)
-    write_jsonl(ds, args.out, overwrite=args.overwrite)
+    args.dataset = _spec(args)
+    if args.generator_deprecated:
+        clikit.warn("--model of halubench-data build is deprecated and will be removed; use --generator")
+        args.generator = [*(args.generator or []), *args.generator_deprecated]
+    if str(args.out).endswith(".jsonl"):  # the file form of earlier releases
+        clikit.warn(
+            f"--out FILE.jsonl is deprecated: --out is a folder (the dataset goes to OUT/{BUILT_FILE})"
+        )
+        target = clikit.check_out_file(args.out)
+        if target.exists() and not args.overwrite:
+            raise clikit.UsageError(f"--out {target} exists; pass --overwrite to replace it")
+    else:
+        folder = clikit.check_out_dir(args.out, overwrite=args.overwrite)
+        target = folder / BUILT_FILE
+    ds = _build(args)  # a folder, or its folder, was checked before the (possibly long) build
+    if target.name == BUILT_FILE and args.overwrite:
+        clikit.clear_out_dir(target.parent)
+    write_jsonl(ds, target, overwrite=args.overwrite)
     rep = ds.report
     report = None
     if rep is not None:
         report = {"source": rep.source, "n_read": rep.n_read, "n_kept": rep.n_kept,
                   "n_dropped": rep.n_dropped, "filtered": dict(rep.filtered),
                   "dropped_by_field": rep.drop_counts()}  # fmt: skip
-    doc = {"dataset": ds.name, "out": str(args.out), "n_examples": len(ds), "counts": _counts(ds)}
-    clikit.emit(f"{ds.stats_table()}\nwrote {len(ds)} examples to {args.out}", {**doc, "report": report})
+    doc = {"dataset": ds.name, "out": str(target), "n_examples": len(ds), "counts": _counts(ds)}
+    clikit.emit(f"{ds.stats_table()}\nwrote {len(ds)} examples to {target}", {**doc, "report": report})
     return 0
 
 
@@ -171,7 +207,7 @@ def _counts(ds: Dataset) -> list[dict[str, object]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``halubench-data stats``: counts per source, label and split."""
-    ds = _load(args.spec)
+    ds = _load(_spec(args))
     doc = {"dataset": ds.name, "n_examples": len(ds), "n_groups": len(set(ds.groups)), "counts": _counts(ds)}
     clikit.emit(ds.stats_table, doc)
     return 0
@@ -184,7 +220,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
     if args.n_bootstrap < 1:
         raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
-    ds = _load(args.spec)
+    ds = _load(_spec(args))
     results = text_only_baselines(ds, n_bootstrap=args.n_bootstrap)
     clikit.emit(lambda: results_table(results), {"dataset": ds.name, "split": "test", "methods": results})
     return 0

@@ -63,6 +63,10 @@ class DatasetSpec:
         return self.name if self.path is None else f"{self.name}:{self.path}"
 
 
+BUILT_FILE = "dataset.jsonl"
+"""The file that ``halubench-data build --out DIR`` writes in ``DIR``; a spec naming ``DIR`` reads it."""
+
+
 def parse_spec(spec: str) -> DatasetSpec:
     """Parse ``default``, a JSONL path or ``NAME:PATH``.
 
@@ -75,10 +79,19 @@ def parse_spec(spec: str) -> DatasetSpec:
     if spec == "default":
         return DatasetSpec("default", None)
     file = Path(spec).expanduser()  # '~/x.jsonl' as a builder's '~/source' (unexpanded in --dataset=~/...)
+    if file.is_dir() and (file / BUILT_FILE).is_file():  # the --out folder of `halubench-data build`
+        return DatasetSpec("jsonl", file / BUILT_FILE)
     if file.is_dir():
-        raise ValueError(f"dataset {spec!r} is a folder; expected 'default', a JSONL file or NAME:PATH")
+        raise ValueError(
+            f"dataset {spec!r} is a folder without {BUILT_FILE}; expected 'default', a JSONL file, a folder "
+            "written by halubench-data build, or NAME:PATH"
+        )
     if file.is_file():
         return DatasetSpec("jsonl", file)
+    if file.exists():
+        raise ValueError(
+            f"dataset {spec!r} is not a regular file (a device, FIFO or socket); expected a JSONL file"
+        )
     name, sep, source = spec.partition(":")
     if not sep:
         hint = "no such file" if spec.endswith(".jsonl") or "/" in spec else "not a builder spec"

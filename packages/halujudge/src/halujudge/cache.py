@@ -64,6 +64,8 @@ class ScoreCache:
                     str(record["text_hash"]),
                 )
                 score = float(record["score"])
+                if not math.isfinite(score):
+                    raise ValueError(f"score {score} is not a finite number")
             except (ValueError, KeyError, TypeError) as err:
                 if is_last:  # no trailing newline: an interrupted append
                     self.dropped_partial = True

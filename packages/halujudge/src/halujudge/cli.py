@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from halubench_data import clikit
 
@@ -49,14 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="MiniCheck only: score the whole answer as one claim (default; MiniCheck's own scorer and the "
         "paper) or take the minimum over answer sentences (stricter variant)",
     )
-    ev.add_argument(
-        "--dataset",
-        required=True,
-        metavar="SPEC",
-        help="dataset spec as in every CLI: 'default', a halubench-data JSONL, or NAME:PATH for a builder on "
-        "local files (ragtruth-qa:PATH, ragtruth:PATH, halubench:PATH, faithbench:PATH, wice:PATH, ...)",
-    )
-    ev.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created)")
+    clikit.add_dataset_arg(ev, default=None, required=True)
+    clikit.add_out_arg(ev, "scores.jsonl, selection.json, results.md and the score cache cache.jsonl")
     ev.add_argument(
         "--template", default=None, choices=("auto", *TEMPLATES), help="judge template (default: auto)"
     )
@@ -67,12 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="dataset specs whose validation splits choose the template (default: the evaluated dataset)",
     )
-    ev.add_argument(
-        "--limit", default=None, metavar="N",
-        help="at most N examples per split (seeded, label-balanced: halubench_data.subsample), or 'all' "
-        "(default)",
-    )  # fmt: skip
-    ev.add_argument("--batch-size", type=int, default=4, metavar="N", help="examples per forward (default 4)")
+    clikit.add_limit_arg(ev)
+    clikit.add_batch_size_arg(ev)
     clikit.add_device_arg(ev)
     ev.add_argument(
         "--n-bootstrap", type=int, default=10_000, metavar="B",
@@ -88,7 +77,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value < 1:
             raise clikit.UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    args.limit = clikit.parse_limit(args.limit)  # a split needs an example of each label
+    args.limit = clikit.parse_limit(args.limit, dataset=args.dataset)  # a split needs both labels
     # a flag of another scorer would be ignored: refuse it instead
     if args.judge is not None and args.model:
         raise clikit.UsageError("--model applies to --checker (a --judge names its model itself)")
@@ -114,8 +103,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     for flag in ("judge", "model", "foundation"):
         clikit.check_model_arg(getattr(args, flag), f"--{flag}")
+    clikit.check_device_name(args.device)
+    args.out = clikit.check_out_dir(args.out, overwrite=args.overwrite)
     args.device = clikit.resolve_device(args.device)
-    clikit.check_out_dir(args.out)
+    if args.overwrite:
+        clikit.clear_out_dir(args.out)
     from halubench_data import results_table
 
     from halujudge._run import evaluate_command

@@ -3,22 +3,62 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from halubench_data.cliargs import MAX_INPUT_BYTES, UsageError
+
+
+@dataclass
+class InputRows:
+    """The answers of a ``--input`` file, in file order."""
+
+    ids: list[str] = field(default_factory=list)
+    """Each line's ``id`` as a string (its line number when it has none)."""
+    triples: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(context, question, answer)`` of each line."""
+    lines: list[int] = field(default_factory=list)
+    """Each answer's line number in the file (1-based), for ``FILE:LINE`` messages."""
+
+
+def check_detector_arg(path: str) -> None:
+    """The detector folder, its ``detector.json`` readable as JSON and its proxy findable, before torch loads.
+
+    Raises:
+        FileNotFoundError, NotADirectoryError, ValueError: naming the folder or the file.
+    """
+    from halubench_data.cliargs import check_model_arg
+
+    from halluprobe.detectors._detector_file import read_document
+
+    doc = read_document(Path(path).expanduser(), "detector.json")
+    proxy = doc.get("proxy") if isinstance(doc, dict) else None
+    if isinstance(proxy, str):  # a hub id that an offline install lacks fails now, not after retries
+        check_model_arg(proxy, f"the proxy of detector {path}:")
 
 
 def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``).
+    """Ids and ``(context, question, answer)`` triples of a JSON-lines file (``--input``); see `read_rows`."""
+    rows = read_rows(path)
+    return rows.ids, rows.triples
+
+
+def read_rows(path: Path) -> InputRows:
+    """The ids, ``(context, question, answer)`` triples and line numbers of a JSON-lines file (``--input``).
 
     A line's ``id`` (a string or an integer) is its id as a string; a missing or null ``id`` gives the
-    line number. Blank lines are skipped.
+    line number. Blank lines are skipped. The file must be regular and at most ``MAX_INPUT_BYTES``.
 
     Raises:
+        UsageError: the file is larger than ``MAX_INPUT_BYTES``.
         ValueError: ``path:line: ...`` for a line that is not UTF-8, not a JSON object with string
             ``context`` and ``answer`` (``question`` and ``id`` optional), or whose answer is empty.
     """
     from halubench_data.io import BOM, is_unicode
 
-    ids, triples = [], []
+    rows = InputRows()
+    if Path(path).stat().st_size > MAX_INPUT_BYTES:
+        raise UsageError(f"--input {path} is larger than {MAX_INPUT_BYTES} bytes; split it")
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
             if n == 1:
@@ -45,8 +85,9 @@ def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:
             item_id = rec.get("id")
             if item_id is not None and (isinstance(item_id, bool) or not isinstance(item_id, str | int)):
                 raise ValueError(f"{path}:{n}: field 'id' must be a string or an integer")
-            ids.append(str(n if item_id is None else item_id))
-            triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
-    if not triples:
+            rows.ids.append(str(n if item_id is None else item_id))
+            rows.triples.append((rec["context"], rec.get("question", ""), rec["answer"]))
+            rows.lines.append(n)
+    if not rows.triples:
         raise ValueError(f"{path}: no answers to score")
-    return ids, triples
+    return rows

@@ -12,12 +12,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from halubench_data import clikit
 
 from halluprobe.cli import _schemas as schemas
-from halluprobe.cli._inputs import read_triples
+from halluprobe.cli._inputs import check_detector_arg
+from halluprobe.cli._predict import cmd_predict
 from halluprobe.cli._stream import add_stream_parser, cmd_stream
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
@@ -25,7 +25,7 @@ DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H6
 DEFAULT_OUT = "runs/default"
 DEFAULT_TOKEN_BUDGET = 16384
 """Tokens per proxy forward (``--token-budget``): batches are packed up to it."""
-DEFAULT_TRAIN_LIMIT = 120
+DEFAULT_TRAIN_LIMIT = clikit.AUTO_LIMIT
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
@@ -35,19 +35,8 @@ def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
     ``evaluate`` has no proxy options: its saved detector fixes the proxy and layers and runs eager
     batches, so they would only be refused.
     """
-    p.add_argument(
-        "--dataset",
-        default="default",
-        help="dataset spec as in every CLI: 'default' (the embedded halubench-data set), a JSONL file of "
-        "examples, or NAME:PATH for a halubench-data builder on local files (e.g. ragtruth-qa:data/ragtruth)",
-    )
-    p.add_argument(
-        "--limit",
-        default="auto",
-        help="at most N examples per split (seeded, label-balanced), or 'all'. Default 'auto': "
-        f"{DEFAULT_TRAIN_LIMIT} per split on the default dataset (its full validation and test "
-        "splits, a train subsample; under 10 minutes on 2 CPU cores), all examples otherwise",
-    )
+    clikit.add_dataset_arg(p)
+    clikit.add_limit_arg(p)
     if proxy:
         p.add_argument(
             "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
@@ -55,7 +44,7 @@ def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
         p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' or '3,5,7' (default: all)")
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
-    p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default: 8)")
+    clikit.add_batch_size_arg(p, "most examples per proxy forward")
     p.add_argument(
         "--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET,
         help="most tokens per proxy forward: examples sorted by length are packed up to it (a longer "
@@ -81,14 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("extract", help="run the proxy over a dataset and cache per-example records")
     _add_data_args(p)
-    p.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"run folder; the cache goes to OUT/cache (default {DEFAULT_OUT})"
+    clikit.add_out_arg(
+        p, "the run folder; the feature cache goes to OUT/cache", default=DEFAULT_OUT, overwrite=False
     )
     p.add_argument("--toha", action="store_true", help="also materialise response blocks for TOHA (slower)")
     clikit.add_json_arg(p, schemas.EXTRACT)
     p = sub.add_parser("train", help="fit feature-set probes and detectors; write a report and detectors")
     _add_data_args(p)
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
+    clikit.add_out_arg(
+        p, "the report, results.json and detectors/ (the feature cache in OUT/cache)", default=DEFAULT_OUT
+    )
     p.add_argument(
         "--feature-sets",
         default=",".join(DEFAULT_FEATURE_SETS),
@@ -130,10 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
             f"(paper Appendix L.1); writes a selection JSON for train --{block.lower()}-selection",
         )
         _add_data_args(p)
-        p.add_argument(
-            "--out", default="runs/select", help="run folder: cache in OUT/cache, selection in "
-            f"OUT/{block.lower()}.json (default runs/select)",
-        )  # fmt: skip
+        clikit.add_out_arg(
+            p,
+            f"the selection OUT/{block.lower()}.json (the feature cache in OUT/cache)",
+            default="runs/select",
+        )
         p.add_argument(
             "--split", default="train", choices=("train", "validation", "test"),
             help="split the features are chosen on (default train)",
@@ -153,9 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("train", "validation", "test"),
         help="split to score (default test)",
     )
-    p.add_argument(
-        "--out", default="runs/evaluate", help="folder for the feature cache (default runs/evaluate)"
-    )
+    clikit.add_out_arg(p, "the feature cache OUT/cache", default="runs/evaluate", overwrite=False)
     clikit.add_json_arg(p, schemas.EVALUATE)
     p = sub.add_parser(
         "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
@@ -170,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
         "loaded once and the answers scored in batches",
     )  # fmt: skip
     p.add_argument(
-        "--batch-size", type=int, default=None, help="answers per proxy forward with --input (default 8)"
-    )
+        "--batch-size", type=int, default=None, metavar="N",
+        help=f"answers per proxy forward with --input (default {clikit.DEFAULT_BATCH_SIZE})",
+    )  # fmt: skip
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
@@ -198,8 +189,8 @@ def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ..
     bounds: list[tuple[int, int]] = []
     try:
         for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            bounds.append((int(lo), int(hi or lo)))
+            lo, dash, hi = part.strip().partition("-")
+            bounds.append((int(lo), int(hi if dash else lo)))
     except ValueError as exc:
         raise ValueError(f"--layers expects e.g. '0-11' or '3,5,7', got {text!r}") from exc
     limit = MAX_LAYERS if n_layers is None else n_layers
@@ -215,33 +206,25 @@ def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ..
 def parse_limit(text: str | None, dataset: str) -> int | None:
     """``--limit`` as a number of examples per split, or ``None`` for no limit.
 
-    ``auto`` is `DEFAULT_TRAIN_LIMIT` on the default dataset and no limit otherwise; a number or ``all``
-    as every CLI reads it (`halubench_data.clikit.parse_limit`).
+    As every CLI reads it (`halubench_data.clikit.parse_limit`): ``auto`` is `DEFAULT_TRAIN_LIMIT` on
+    the default dataset and no limit otherwise.
     """
-    if text == "auto":
-        return DEFAULT_TRAIN_LIMIT if dataset == "default" else None
-    return clikit.parse_limit(text)
+    return clikit.parse_limit(text, dataset=dataset)
 
 
-def _setup(args):
-    """Dataset, extractor, cache and distributed world of a run (``torchrun`` starts one per device)."""
-    device = clikit.resolve_device(args.device)  # before any heavy import: a bad device fails at once
-    clikit.deterministic_kernels(device, args.autotune)
-    clikit.check_out_dir(args.out)
-    parse_layers(args.layers)  # the syntax, before the proxy loads
+def _check_run(args):
+    """Every flag, path and the dataset of a command that reads a dataset, before torch is imported.
+
+    Returns the dataset. Errors name the flag (exit 2) and come in a second, not after the ML stack loads.
+    """
+    clikit.check_device_name(args.device)
     _check_sizes(args)
-    if args.command.startswith("select-"):
-        from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES
-
-        block = args.command.removeprefix("select-").upper()
-        n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
-        if not 1 <= args.n_features <= n:
-            raise clikit.UsageError(
-                f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
-            )
-    clikit.check_model_arg(args.proxy, "--proxy")
-    if getattr(args, "graphs", False) and not device.startswith("cuda"):
-        raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
+    parse_layers(getattr(args, "layers", None))  # the syntax, before the proxy loads
+    if getattr(args, "graphs", False) and args.device in ("cpu", "mps"):
+        raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {args.device}")
+    clikit.check_out_dir(args.out, overwrite=args.overwrite)
+    if getattr(args, "detector", None) is not None:
+        check_detector_arg(args.detector)
     from halubench_data import load
 
     ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
@@ -255,6 +238,41 @@ def _setup(args):
                 f"--token-cv {args.token_cv}: the train and validation splits of --dataset {args.dataset} "
                 f"hold {len(groups)} groups, and the folds deal whole groups; at most {len(groups)} folds fit"
             )
+    if getattr(args, "token_probe", False) and not any(ex.spans for ex in ds.split("train")):
+        raise clikit.UsageError(
+            f"--token-probe needs annotated spans in the training split of --dataset {args.dataset}; "
+            "it has none"
+        )
+    clikit.check_model_arg(getattr(args, "proxy", None), "--proxy")
+    return ds
+
+
+def _start(args, device_flag: str = "--device") -> str:
+    """After the checks: the resolved device (imports torch), and --overwrite's removal of old outputs."""
+    device = clikit.resolve_device(args.device, device_flag)
+    clikit.deterministic_kernels(device, args.autotune)
+    if getattr(args, "graphs", False) and not device.startswith("cuda"):
+        raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
+    if args.overwrite and os.environ.get("RANK", "0") == "0":  # one process of a torchrun clears
+        clikit.clear_out_dir(args.out)
+    return device
+
+
+def _setup(args, ds):
+    """Extractor, cache and distributed world of a run whose inputs `_check_run` accepted.
+
+    ``torchrun`` starts one process per device.
+    """
+    if args.command.startswith("select-"):
+        from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES
+
+        block = args.command.removeprefix("select-").upper()
+        n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
+        if not 1 <= args.n_features <= n:
+            raise clikit.UsageError(
+                f"--n-features must be in 1..{n} (the {block} candidates), got {args.n_features}"
+            )
+    device = _start(args)
     from flashstats_hf import load_model
 
     from halluprobe.features._cache import FeatureCache
@@ -310,9 +328,10 @@ def _extract_split(ds, ext, cache, split: str, args):
 
 def cmd_extract(args) -> int:
     """``halluprobe extract``."""
+    data = _check_run(args)
     from halluprobe.features._distributed import close_world
 
-    ds, ext, cache = _setup(args)
+    ds, ext, cache = _setup(args, data)
     splits = {}
     try:
         for split in ("train", "validation", "test"):
@@ -329,10 +348,6 @@ def _token_examples(ds, ext, args) -> dict:
     """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
     from halluprobe.features._token_examples import token_examples
 
-    if not any(ex.spans for ex in ds.split("train")):
-        raise clikit.UsageError(
-            f"--token-probe needs annotated spans in the training split of {args.dataset}"
-        )
     out = {}
     for split in ("train", "validation", "test"):
         clikit.status(f"per-token features: {split}")
@@ -351,14 +366,22 @@ def cmd_train(args) -> int:
     sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
     if not sets:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
-    for name in sets:
-        parse_feature_set(name)  # a bad name fails before the proxy runs
     if args.token_cv and not args.token_probe:
         raise clikit.UsageError("--token-cv applies to the token probe: add --token-probe")
     if args.token_cv == 1 or args.token_cv < 0:
         raise clikit.UsageError(f"--token-cv must be 0 (validation) or at least 2 folds, got {args.token_cv}")
-    selections = _selections(args)  # as does a missing or malformed --a7-selection / --l9-selection
-    ds, ext, cache = _setup(args)
+    for block in ("a7", "l9"):  # a missing, special or huge selection file, before torch loads
+        if (path := getattr(args, f"{block}_selection")) is not None:
+            clikit.read_bounded(path, f"--{block}-selection", MAX_SELECTION_BYTES)
+    data = _check_run(args)
+    from halluprobe.blocks import parse_feature_set
+    from halluprobe.features._distributed import close_world
+    from halluprobe.training import run_training
+
+    for name in sets:
+        parse_feature_set(name)  # a bad name fails before the proxy runs
+    selections = _selections(args)  # as does a malformed --a7-selection / --l9-selection
+    ds, ext, cache = _setup(args, data)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
         records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
     finally:
@@ -391,6 +414,10 @@ def cmd_train(args) -> int:
     return 0
 
 
+MAX_SELECTION_BYTES = 16 << 20
+"""Largest ``--a7-selection`` / ``--l9-selection`` file read (a real one is a few kilobytes)."""
+
+
 def _selections(args) -> dict:
     """``a7_features`` / ``l9_features`` from ``--a7-selection`` / ``--l9-selection`` files, when given."""
     from halluprobe.blocks._selection import Selection
@@ -406,12 +433,13 @@ def _selections(args) -> dict:
 
 def cmd_select(args) -> int:
     """``halluprobe select-a7`` / ``select-l9``: the paper's one-off feature selection on a training split."""
+    data = _check_run(args)
     import numpy as np
 
     from halluprobe.blocks._selection import run_selection
 
     block = args.command.removeprefix("select-").upper()
-    ds, ext, cache = _setup(args)
+    ds, ext, cache = _setup(args, data)
     records = _extract_split(ds, ext, cache, args.split, args)
     part = ds.split(args.split)
     data = {
@@ -437,20 +465,15 @@ def cmd_select(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """``halluprobe evaluate``: F1/AUROC of a saved detector on one split."""
+    ds = _check_run(args)
     import numpy as np
-    from halubench_data import load
     from halubench_data.metrics import evaluate, results_table
 
     from halluprobe.detectors._detector import Detector
     from halluprobe.features._cache import FeatureCache
     from halluprobe.features._extract import extract_records
 
-    device = clikit.resolve_device(args.device)
-    clikit.deterministic_kernels(device, args.autotune)
-    _check_sizes(args)
-    clikit.check_out_dir(args.out)
-    ds = load(args.dataset, limit=parse_limit(args.limit, args.dataset), arg="--dataset")
-    clikit.check_labels(ds, "--dataset", args.dataset, {args.split: (0, 1)}, "halluprobe evaluate")
+    device = _start(args)
     part = ds.split(args.split)
     clikit.quiet_transformers()
     det = Detector.load(args.detector)
@@ -471,63 +494,6 @@ def cmd_evaluate(args) -> int:
     doc = {"dataset": ds.name, "split": args.split, "detector": str(args.detector),
            "methods": {det.fit.feature_set: res}}  # fmt: skip
     clikit.emit(lambda: results_table({f"{det.fit.feature_set} ({args.split})": res}), doc)
-    return 0
-
-
-def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dict[str, Any]:
-    doc: dict[str, Any] = {"id": item_id}
-    doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
-    doc["spans"] = [
-        {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
-    ]
-    pairs = zip(pred.tokens, pred.token_scores, strict=True)
-    doc["tokens"] = [{"token": t, "score": float(x)} for t, x in pairs] if tokens else None
-    return doc
-
-
-def cmd_predict(args) -> int:
-    """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
-    from halubench_data.io import is_unicode
-
-    from halluprobe.detectors._detector import Detector
-
-    if args.input is not None:
-        for flag in ("context", "question", "answer"):
-            if getattr(args, flag) is not None:  # each line carries its own; never ignore the flag
-                raise clikit.UsageError(f"--{flag} does not apply with --input (each line gives its own)")
-    elif args.context is None or args.answer is None:
-        raise clikit.UsageError("give either --context and --answer, or --input FILE")
-    elif args.batch_size is not None:  # one answer is one forward; never ignore the flag
-        raise clikit.UsageError("--batch-size applies to --input only (one answer is one forward)")
-    args.batch_size = 8 if args.batch_size is None else args.batch_size
-    if args.batch_size < 1:
-        raise clikit.UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.answer is not None and not args.answer.strip():
-        raise clikit.UsageError("--answer is empty: nothing to score")
-    for flag in ("context", "question", "answer"):
-        if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
-            raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
-    device = clikit.resolve_device(args.device)
-    clikit.deterministic_kernels(device, args.autotune)
-    ids, triples = (
-        read_triples(clikit.check_in_file(args.input, "--input"))
-        if args.input
-        else ([None], [(args.context, args.question or "", args.answer)])
-    )
-    clikit.quiet_transformers()
-    det = Detector.load(args.detector)
-    preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
-    for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):
-        if args.json:
-            clikit.emit_json(_prediction_doc(pred, answer, item_id, args.tokens))
-            continue
-        head = "" if item_id is None else f"{item_id}: "
-        print(head + schemas.verdict_line(pred.probability, pred.threshold, pred.label))
-        if args.spans:
-            print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
-        if args.tokens:
-            for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
-                print(f"{s:6.3f}  {tok!r}")
     return 0
 
 

@@ -46,6 +46,8 @@ PREDICT = {
     "index its characters, text = answer[start:end]): from the detector's token probe when it has one, "
     "else the tokens whose score reaches the threshold",
     "tokens": "with --tokens: [{token, score}] per answer token; else null",
+    "error": "with --input, only on a line that was not scored (longer than the proxy's positions): "
+    "FILE:LINE and the reason; that line has only id and error, and the command exits with status 2",
 }
 STREAM = {
     "event": "'tokens' for each update, then one 'done'",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from halubench_data import clikit
 
+from halluprobe.cli._inputs import check_detector_arg
 from halluprobe.cli._schemas import STREAM, verdict_line
 
 
@@ -102,9 +104,6 @@ def _check_mode_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    from halluprobe.detectors._detector import Detector
-    from halluprobe.detectors._streaming import StreamingScorer
-
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     _check_mode_flags(args)
@@ -115,6 +114,13 @@ def cmd_stream(args) -> int:
             raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     if args.chunk < 1 or args.max_new_tokens < 1:
         raise clikit.UsageError("--chunk and --max-new-tokens must be >= 1")
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise clikit.UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
+    clikit.check_device_name(args.device)
+    check_detector_arg(args.detector)  # all checked before torch loads
+    from halluprobe.detectors._detector import Detector
+    from halluprobe.detectors._streaming import StreamingScorer
+
     clikit.quiet_transformers()
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)

@@ -5,7 +5,7 @@ On disk a detector is a folder with two files:
 - ``detector.json``: format version, proxy, scored and hidden layers, the feature recipe (feature
   set, each block's config, ``C``, threshold, selections), package versions, the SHA-256 of the
   tensor file, and ``integrity``: the SHA-256 of all of the above (see
-  `halluprobe.detector_file.document_digest`).
+  `halluprobe.detectors._detector_file.document_digest`).
 - ``detector.safetensors``: every fitted array (block scalers, PCA components, RFE selection,
   final scaler, logistic weights).
 
@@ -176,12 +176,7 @@ class Detector:
 
         path = Path(path)
         where = str(path / _JSON)
-        try:
-            doc = json.loads(
-                dfile.read_member(path, _JSON, dfile.MAX_JSON_BYTES), parse_constant=_no_constant
-            )
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{where} is not valid JSON: {exc}") from None
+        doc = dfile.read_document(path, _JSON)
         if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
             got = doc.get("format_version") if isinstance(doc, dict) else None
             raise ValueError(

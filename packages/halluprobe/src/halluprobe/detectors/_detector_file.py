@@ -47,10 +47,11 @@ def read_member(folder: Path, name: str, limit: int) -> bytes:
         if exc.errno == errno.ELOOP:
             raise ValueError(f"{path} is a symbolic link; a detector's files must be regular files") from None
         raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with a bare errno
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file (a FIFO, device or folder)")
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path} is not a regular file (a FIFO, device or folder)")
         if info.st_size > limit:
             raise ValueError(
                 f"{path} has {info.st_size} bytes, more than the {limit} a detector file may have"
@@ -59,6 +60,28 @@ def read_member(folder: Path, name: str, limit: int) -> bytes:
     if len(data) > limit:
         raise ValueError(f"{path} grew past {limit} bytes while it was read")
     return data
+
+
+def read_document(folder: Path, name: str) -> Any:
+    """The parsed JSON of ``folder/name`` (`read_member`, at most `MAX_JSON_BYTES`).
+
+    Needs only the standard library, so a command checks a detector path before torch loads.
+
+    Raises:
+        ValueError: naming the file, when it is not UTF-8 JSON, holds NaN or an infinity, or nests
+            deeper than Python's parser goes; and the errors of `read_member`.
+    """
+    where = folder / name
+    raw = read_member(folder, name, MAX_JSON_BYTES)
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, _no_constant
+        what = "nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ValueError(f"{where} is not a valid detector file: {what}") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"it holds the non-finite number {name}; every field must be finite")
 
 
 def document_digest(doc: dict[str, Any]) -> str:

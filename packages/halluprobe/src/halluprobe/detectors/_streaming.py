@@ -6,7 +6,7 @@ Two entry points, both on the detector's proxy with a KV cache
 - [`StreamingScorer.generate`][halluprobe.StreamingScorer.generate]: the proxy writes the answer
   itself (self-check), one token per step, greedy or sampled.
 - [`StreamingScorer.follow`][halluprobe.StreamingScorer.follow]: the proxy follows another model's
-  answer as its text arrives, chunk by chunk ([`Follower.add`][halluprobe.streaming.Follower.add]).
+  answer as its text arrives, chunk by chunk ([`Follower.add`][halluprobe.detectors._streaming.Follower.add]).
 
 Each update carries the scores of the tokens that just arrived and the running answer-level
 probability, which is the detector's [`Detector.predict`][halluprobe.Detector.predict] on the answer
@@ -16,6 +16,7 @@ hallucinated. The running probability costs one pooling of the per-token statist
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,7 @@ class StreamingScorer:
         )  # fmt: skip
 
     def follow(self, context: str, question: str = "") -> Follower:
-        """A [`Follower`][halluprobe.streaming.Follower] that reads another model's answer as it arrives.
+        """A [`Follower`][halluprobe.detectors._streaming.Follower] that reads another model's answer as it arrives.
 
         The prompt (context and question in the proxy's chat template) is read at once.
         """
@@ -109,13 +110,14 @@ class StreamingScorer:
         """
         from flashstats_hf import format_prompt
 
-        if max_new_tokens < 1 or temperature <= 0:
+        if max_new_tokens < 1 or not math.isfinite(temperature) or temperature <= 0:
             raise ValueError(
                 f"need max_new_tokens >= 1 and temperature > 0, got {max_new_tokens}, {temperature}"
             )
         ext = self.detector.extractor(self.device)
         tok, dev = ext.tokenizer, next(ext.model.parameters()).device
         prompt = format_prompt(tok, context, question)
+        ext.check_length(len(prompt) + 1, "the context")  # room for one answer token at least
         rec = self._recorder(len(prompt))
         gen = torch.Generator(device="cpu").manual_seed(seed)
         stop = _stop_ids(ext.model, tok)
@@ -132,6 +134,7 @@ class StreamingScorer:
                 if ids:
                     yield self._update(rec, ids, 0, done=True)
                 return
+            ext.check_length(len(prompt) + len(ids) + 1, "the context and generated answer")
             with rec:
                 logits = rec.feed(torch.tensor([[nxt]], device=dev))
             ids.append(nxt)
@@ -159,7 +162,7 @@ class Follower:
     """Follows an answer that arrives as text chunks (made by `StreamingScorer.follow`).
 
     The answer so far is tokenised as [`flashstats_hf.format_example`][] tokenises a whole answer;
-    its last token is held back until more text (or [`finish`][halluprobe.streaming.Follower.finish])
+    its last token is held back until more text (or [`finish`][halluprobe.detectors._streaming.Follower.finish])
     shows where it ends, so the tokens read are exactly those of the finished answer.
     """
 
@@ -171,6 +174,8 @@ class Follower:
         self.tokenizer = ext.tokenizer
         self.device = next(ext.model.parameters()).device
         self.prompt = format_prompt(self.tokenizer, context, question)
+        self.check_length = ext.check_length
+        self.check_length(len(self.prompt) + 1, "the context")  # room for one answer token at least
         self.rec = scorer._recorder(len(self.prompt))
         self.text = ""
         self.fed: list[int] = []
@@ -196,6 +201,7 @@ class Follower:
                 "in a way holding back one token does not cover); feed larger chunks"
             )
         new = ids[len(self.fed) :]
+        self.check_length(len(self.prompt) + len(ids), "the context and answer")
         if new:
             with self.rec:
                 self.rec.feed(torch.tensor([new], device=self.device))

@@ -228,14 +228,22 @@ class ProxyExtractor:
 
         ids, start = format_example(self.tokenizer, ex.context, ex.question, ex.answer)
         ids = [int(t) for t in ids]
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        if isinstance(limit, int) and len(ids) > limit:
-            raise ValueError(
-                f"example {ex.id!r} has {len(ids)} tokens but the proxy reads at most {limit} positions; "
-                "halluprobe refuses rather than truncating: shorten its context or drop it"
-            )
+        self.check_length(len(ids), f"example {ex.id!r}")
         self._lengths[ex.id] = len(ids)
         return ids, int(start)
+
+    def check_length(self, n_tokens: int, what: str) -> None:
+        """`ValueError` when ``n_tokens`` exceed the proxy's positions (``config.max_position_embeddings``).
+
+        The one rule of every path that feeds the proxy (batches, ``predict``, streaming): inputs are
+        refused, never truncated.
+        """
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(limit, int) and n_tokens > limit:
+            raise ValueError(
+                f"{what} has {n_tokens} tokens but the proxy reads at most {limit} positions; "
+                "halluprobe refuses rather than truncating: shorten its context or drop it"
+            )
 
     def length(self, ex) -> int:
         """Number of tokens of the formatted example (cached)."""

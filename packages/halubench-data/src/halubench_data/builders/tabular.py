@@ -105,6 +105,12 @@ def read_rows(path: str | os.PathLike[str], col: Collector) -> Iterator[tuple[in
     A ``.json`` file holds a list or ``{"data": [...]}``; ``.parquet`` needs the optional ``pyarrow``.
     """
     path = Path(path)
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ValueError(
+            f"{path} is {what}; this builder reads one file of rows: .jsonl, .json, .csv or .parquet "
+            "(e.g. NAME:data/halubench/test.jsonl)"
+        )
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
