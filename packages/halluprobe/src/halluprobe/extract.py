@@ -192,10 +192,12 @@ class ProxyExtractor:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What the records depend on (part of every cache key): proxy, layers, TOHA, chat template."""
+        """What the records depend on (part of every cache key): proxy, layers, TOHA, template, grounding."""
         import hashlib
 
         from flashstats_hf import LOGIT_STAT_NAMES
+
+        from halluprobe.grounding import SETTINGS_KEY, grounding_settings
 
         template = getattr(self.tokenizer, "chat_template", None)
         return {
@@ -205,6 +207,7 @@ class ProxyExtractor:
             "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
+            SETTINGS_KEY: grounding_settings(),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
@@ -255,7 +258,12 @@ class ProxyExtractor:
         )
 
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
-        """Records of ``batch``, in order."""
+        """Records of ``batch``, in order, with their text-only grounding features."""
+        from halluprobe.grounding import fill_grounding
+
+        return fill_grounding(self._records(batch), batch)
+
+    def _records(self, batch: list[Any]) -> list[ExampleRecord]:
         encoded = [self.encode(ex) for ex in batch]
         if self._graphed is not None:
             if self.token_store is not None:

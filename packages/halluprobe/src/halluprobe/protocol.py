@@ -24,6 +24,7 @@ from halluprobe.blocks import (
     A7Block,
     A64Block,
     Block,
+    GBlock,
     H64Block,
     L9Block,
     Standardizer,
@@ -203,6 +204,7 @@ def make_blocks(
 ) -> list[Block]:
     """Fresh (unfitted) blocks of a feature set, with A7's ``heads`` and A64's ``k``."""
     factories = {
+        "G": lambda: GBlock(),
         "A7": lambda: A7Block(heads, a7_features),
         "A64": lambda: A64Block(k),
         "H64": lambda: H64Block(hidden_layer),
