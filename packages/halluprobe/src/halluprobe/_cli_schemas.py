@@ -42,9 +42,12 @@ PREDICT = {
     "probability": "p(hallucinated), in [0, 1]",
     "label": "1 = hallucinated (probability >= threshold), 0 = supported",
     "threshold": "the detector's threshold, chosen on validation F1",
-    "spans": "[{start, end, text}]: predicted hallucinated character spans of the answer (start and end "
-    "index its characters, text = answer[start:end]): from the detector's token probe when it has one, "
-    "else the tokens whose score reaches the threshold",
+    "spans": "[{start, end, text, confidence}]: predicted hallucinated character spans of the answer (start "
+    "and end index its characters, text = answer[start:end]), empty when label is 0: from the detector's "
+    "token probe when it has one, else the tokens whose score reaches the threshold, else (a hallucinated "
+    "answer with no such token) the characters the context does not support; confidence in [0, 1] is "
+    "the mean per-token probability of the span's tokens (the answer's probability for the text-only "
+    "spans)",
     "tokens": "with --tokens: [{token, score}] per answer token; else null",
 }
 STREAM = {
