@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from halubench_data.grounding import GROUNDING_FEATURES, grounding_features
 from halluprobe import Detector, FeatureCache, GBlock, extract_records, fill_grounding, parse_feature_set
 from halluprobe.grounding import adopt_records, legacy_settings
 from halluprobe.protocol import fit_blocks, make_blocks
+from halubench_data.grounding import GROUNDING_FEATURES, grounding_features
 
 G = len(GROUNDING_FEATURES)
 TEXTS = [
@@ -19,7 +19,7 @@ TEXTS = [
 ]
 
 
-def _examples(n=len(TEXTS)):
+def _examples(n=4):
     return [
         SimpleNamespace(id=f"e{i}", context=c, question=q, answer=a)
         for i, (c, q, a) in enumerate((TEXTS * (n // len(TEXTS) + 1))[:n])
@@ -143,6 +143,7 @@ def test_a_cache_from_before_grounding_still_serves(record_factory, tmp_path):
     assert adopt_records(same, exs[:3]) == 3 and len(same.lookup([same.key(ex) for ex in exs[:3]])) == 3
 
 
+@pytest.mark.slow
 def test_predict_with_a_g_detector(char_llama, char_extractor, monkeypatch):
     from halluprobe.records import reduce_forward
 

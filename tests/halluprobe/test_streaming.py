@@ -228,7 +228,7 @@ def test_stream_refuses_text_that_is_not_unicode(tmp_path, capsys):
 
 
 def test_streaming_a_grounding_detector_ends_at_its_prediction(detector):
-    """A detector with the text grounding block G streams too: the last update is its teacher-forced predict."""
+    """A detector with the grounding block G streams too: the last update is its teacher-forced predict."""
     from halluprobe import fill_grounding
 
     ext = detector.extractor()

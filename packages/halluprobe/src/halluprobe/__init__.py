@@ -12,8 +12,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
+    from halluprobe.blocks import A7Block, A64Block, GBlock, H64Block, L9Block, parse_feature_set
     from halluprobe.cache import FeatureCache
+    from halluprobe.default_detector import load
     from halluprobe.detector import Detector, Prediction
     from halluprobe.detectors import (
         INTRYGUE,
@@ -28,11 +29,14 @@ if TYPE_CHECKING:
     )
     from halluprobe.distributed import World, init_world, shard_batches
     from halluprobe.extract import ProxyExtractor, extract_records, plan_batches
+    from halluprobe.general import GeneralFit, fit_general, train_general
+    from halluprobe.grounding import fill_grounding
     from halluprobe.induction import induction_scores, rank_heads
     from halluprobe.protocol import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.records import ExampleRecord, reduce_forward
     from halluprobe.selection import Selection, select_a7, select_l9
     from halluprobe.streaming import StreamingScorer, StreamUpdate
+    from halluprobe.verdict_spans import PredictedSpan
 
 __version__ = "0.1.0"
 
@@ -41,8 +45,10 @@ _EXPORTS = {
     "A64Block": "blocks",
     "H64Block": "blocks",
     "L9Block": "blocks",
+    "GBlock": "blocks",
     "parse_feature_set": "blocks",
     "FeatureCache": "cache",
+    "load": "default_detector",
     "Detector": "detector",
     "Prediction": "detector",
     "INTRYGUE": "detectors",
@@ -57,6 +63,11 @@ _EXPORTS = {
     "ProxyExtractor": "extract",
     "extract_records": "extract",
     "plan_batches": "extract",
+    "GeneralFit": "general",
+    "fit_general": "general",
+    "train_general": "general",
+    "fill_grounding": "grounding",
+    "PredictedSpan": "verdict_spans",
     "World": "distributed",
     "init_world": "distributed",
     "shard_batches": "distributed",
@@ -82,12 +93,15 @@ __all__ = [
     "Detector",
     "ExampleRecord",
     "FeatureCache",
+    "GBlock",
+    "GeneralFit",
     "H64Block",
     "INTRYGUE",
     "L9Block",
     "LLMCheckAttention",
     "LookbackLens",
     "LookbackLensHeads",
+    "PredictedSpan",
     "Prediction",
     "ProbeFit",
     "ProxyExtractor",
@@ -100,9 +114,12 @@ __all__ = [
     "TOHA",
     "World",
     "extract_records",
+    "fill_grounding",
     "fit_blocks",
+    "fit_general",
     "induction_scores",
     "init_world",
+    "load",
     "mtopdiv",
     "parse_feature_set",
     "plan_batches",
@@ -114,6 +131,7 @@ __all__ = [
     "select_sink_count",
     "shard_batches",
     "train_feature_sets",
+    "train_general",
 ]
 
 

@@ -14,7 +14,9 @@ def add_stream_parser(sub) -> None:
     p = sub.add_parser(
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
-    p.add_argument("detector", help="folder of a saved detector")
+    from halluprobe.cli import DETECTOR_HELP
+
+    p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", required=True, help="the context the answer must be supported by")
     p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     src = p.add_mutually_exclusive_group()
@@ -102,7 +104,7 @@ def _check_mode_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    from halluprobe.detector import Detector
+    from halluprobe.cli import load_detector
     from halluprobe.streaming import StreamingScorer
 
     if not args.generate and args.answer is None:
@@ -118,7 +120,7 @@ def cmd_stream(args) -> int:
     clikit.quiet_transformers()
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
-    scorer = StreamingScorer(Detector.load(args.detector), device=device)
+    scorer = StreamingScorer(load_detector(args.detector), device=device)
     last = None
     for u in _updates(args, scorer):
         last = u

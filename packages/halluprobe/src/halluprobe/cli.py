@@ -17,6 +17,7 @@ from typing import Any
 from halubench_data import clikit
 
 from halluprobe import _cli_schemas as schemas
+from halluprobe._cli_general import add_general_args, check_general_flags
 from halluprobe._cli_inputs import read_triples
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
 
@@ -29,17 +30,19 @@ DEFAULT_TRAIN_LIMIT = 120
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
-def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
+def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True, several: bool = False) -> None:
     """Dataset, device and batching options; ``proxy``: also --proxy, --layers and --graphs.
 
     ``evaluate`` has no proxy options: its saved detector fixes the proxy and layers and runs eager
-    batches, so they would only be refused.
+    batches, so they would only be refused. ``several``: ``--dataset`` may repeat (``train --general``).
     """
     p.add_argument(
         "--dataset",
-        default="default",
+        default=None if several else "default",
+        action="append" if several else "store",
         help="dataset spec as in every CLI: 'default' (the embedded halubench-data set), a JSONL file of "
-        "examples, or NAME:PATH for a halubench-data builder on local files (e.g. ragtruth-qa:data/ragtruth)",
+        "examples, or NAME:PATH for a halubench-data builder on local files (e.g. ragtruth-qa:data/ragtruth)"
+        + ("; repeat it with --general (default: default)" if several else ""),
     )
     p.add_argument(
         "--limit",
@@ -87,13 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--toha", action="store_true", help="also materialise response blocks for TOHA (slower)")
     clikit.add_json_arg(p, schemas.EXTRACT)
     p = sub.add_parser("train", help="fit feature-set probes and detectors; write a report and detectors")
-    _add_data_args(p)
+    _add_data_args(p, several=True)
     p.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
     p.add_argument(
         "--feature-sets",
-        default=",".join(DEFAULT_FEATURE_SETS),
-        help="comma-separated feature sets from A7, A64, H64, L9 (e.g. A7H64) or ALL "
-        f"(default {','.join(DEFAULT_FEATURE_SETS)})",
+        default=None,
+        help="comma-separated feature sets from the blocks G (text grounding), A7, A64, H64, L9 (e.g. A7H64, "
+        f"GA7L9) or ALL (the paper's four; default {','.join(DEFAULT_FEATURE_SETS)}; with --general the "
+        "candidates, default GA7L9,GH64,GA7H64,GA64H64,GA7H64L9,GA64H64L9)",
     )
     p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
     p.add_argument(
@@ -122,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
             "selection, halluprobe/selections/" + f"{block}.json)",
         )  # fmt: skip
+    add_general_args(p)
     clikit.add_json_arg(p, schemas.TRAIN)
     for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
         p = sub.add_parser(
@@ -160,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
     )
-    p.add_argument("detector", help="folder of a saved detector")
+    p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", help="the context (with --answer; or use --input)")
     p.add_argument("--question", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
@@ -181,6 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
     return parser
+
+
+DETECTOR_HELP = (
+    "folder of a saved detector (default: the general detector packaged with halluprobe, or the folder "
+    "named by $HALLUPROBE_DETECTOR)"
+)
+"""Help of the optional detector argument of ``predict`` and ``stream``."""
+
+
+def load_detector(path: str | None):
+    """The detector of a ``predict`` / ``stream`` call; says on stderr which one when none was named."""
+    from halluprobe.default_detector import default_path, load
+
+    det = load(path)
+    if path is None:
+        folder, how = default_path()
+        clikit.status(f"detector: {how} ({folder}, {det.fit.feature_set})")
+    return det
 
 
 MAX_LAYERS = 4096
@@ -348,11 +371,19 @@ def cmd_train(args) -> int:
     from halluprobe.distributed import close_world
     from halluprobe.training import run_training
 
-    sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
+    specs = check_general_flags(args)
+    text = ",".join(DEFAULT_FEATURE_SETS) if args.feature_sets is None else args.feature_sets
+    sets = [s.strip() for s in text.split(",") if s.strip()]
     if not sets:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     for name in sets:
         parse_feature_set(name)  # a bad name fails before the proxy runs
+    if args.general:
+        from halluprobe._cli_general import cmd_train_general
+
+        args.feature_sets = None if args.feature_sets is None else sets
+        return cmd_train_general(args, specs, _selections(args))
+    args.dataset = specs[0]
     if args.token_cv and not args.token_probe:
         raise clikit.UsageError("--token-cv applies to the token probe: add --token-probe")
     if args.token_cv == 1 or args.token_cv < 0:
@@ -478,7 +509,13 @@ def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dic
     doc: dict[str, Any] = {"id": item_id}
     doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
     doc["spans"] = [
-        {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
+        {
+            "start": sp.start,
+            "end": sp.end,
+            "text": answer[sp.start : sp.end],
+            "confidence": float(sp.confidence),
+        }
+        for sp in pred.spans
     ]
     pairs = zip(pred.tokens, pred.token_scores, strict=True)
     doc["tokens"] = [{"token": t, "score": float(x)} for t, x in pairs] if tokens else None
@@ -488,8 +525,6 @@ def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dic
 def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file."""
     from halubench_data.io import is_unicode
-
-    from halluprobe.detector import Detector
 
     if args.input is not None:
         for flag in ("context", "question", "answer"):
@@ -515,7 +550,7 @@ def cmd_predict(args) -> int:
         else ([None], [(args.context, args.question or "", args.answer)])
     )
     clikit.quiet_transformers()
-    det = Detector.load(args.detector)
+    det = load_detector(args.detector)
     preds = det.predict_batch(triples, device=device, batch_size=args.batch_size)
     for item_id, (_, _, answer), pred in zip(ids, triples, preds, strict=True):
         if args.json:
@@ -524,7 +559,8 @@ def cmd_predict(args) -> int:
         head = "" if item_id is None else f"{item_id}: "
         print(head + schemas.verdict_line(pred.probability, pred.threshold, pred.label))
         if args.spans:
-            print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
+            shown = (f"{answer[sp.start : sp.end]!r} ({sp.confidence:.2f})" for sp in pred.spans)
+            print("spans: " + (", ".join(shown) or "none"))
         if args.tokens:
             for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
                 print(f"{s:6.3f}  {tok!r}")
