@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from halluprobe.blocks import A7Block, A64Block, H64Block, L9Block, parse_feature_set
     from halluprobe.cache import FeatureCache
+    from halluprobe.calibration import Calibrator, DegenerateFitWarning
     from halluprobe.detector import Detector, Prediction
     from halluprobe.detectors import (
         INTRYGUE,
@@ -43,6 +44,8 @@ _EXPORTS = {
     "L9Block": "blocks",
     "parse_feature_set": "blocks",
     "FeatureCache": "cache",
+    "Calibrator": "calibration",
+    "DegenerateFitWarning": "calibration",
     "Detector": "detector",
     "Prediction": "detector",
     "INTRYGUE": "detectors",
@@ -79,6 +82,8 @@ _EXPORTS = {
 __all__ = [
     "A64Block",
     "A7Block",
+    "Calibrator",
+    "DegenerateFitWarning",
     "Detector",
     "ExampleRecord",
     "FeatureCache",
