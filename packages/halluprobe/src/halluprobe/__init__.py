@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from halluprobe.blocks import A7Block, A64Block, GBlock, H64Block, L9Block, parse_feature_set
     from halluprobe.cache import FeatureCache
+    from halluprobe.calibration import Calibrator, DegenerateFitWarning
     from halluprobe.default_detector import load
     from halluprobe.detector import Detector, Prediction
     from halluprobe.detectors import (
@@ -48,6 +49,8 @@ _EXPORTS = {
     "GBlock": "blocks",
     "parse_feature_set": "blocks",
     "FeatureCache": "cache",
+    "Calibrator": "calibration",
+    "DegenerateFitWarning": "calibration",
     "load": "default_detector",
     "Detector": "detector",
     "Prediction": "detector",
@@ -90,6 +93,8 @@ _EXPORTS = {
 __all__ = [
     "A64Block",
     "A7Block",
+    "Calibrator",
+    "DegenerateFitWarning",
     "Detector",
     "ExampleRecord",
     "FeatureCache",

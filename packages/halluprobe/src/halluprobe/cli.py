@@ -396,20 +396,14 @@ def cmd_train(args) -> int:
         close_world(args.world)
     if not args.world.main:
         return 0
-    table = run_training(
-        ds,
-        records,
-        ext,
-        sets,
-        Path(args.out),
-        proxy=args.proxy,
-        published=not args.no_published,
-        toha=args.toha,
-        token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
-        token_view=args.token_view,
-        token_cv=args.token_cv,
-        **selections,
-    )
+    from halluprobe.calibration import degenerate_fit_lines
+
+    with degenerate_fit_lines("halluprobe train"):
+        table = run_training(
+            ds, records, ext, sets, Path(args.out), proxy=args.proxy, published=not args.no_published,
+            toha=args.toha, token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
+            token_view=args.token_view, token_cv=args.token_cv, **selections,
+        )  # fmt: skip
     out = Path(args.out)
     clikit.emit(
         f"{table}\nreport: {out / 'report.md'}",

@@ -101,8 +101,13 @@ def fit_blocks(
     val: list[ExampleRecord],
     y_val: np.ndarray,
     cs: tuple[float, ...] = CS,
+    sample_weight: np.ndarray | None = None,
 ) -> ProbeFit:
-    """Fit blocks on train, choose ``C`` by validation AUROC and the threshold by validation F1."""
+    """Fit blocks on train, choose ``C`` by validation AUROC and the threshold by validation F1.
+
+    ``sample_weight`` (``[n_train]``, e.g. `halluprobe.calibration.source_weights`) weighs the
+    training rows of the logistic regression (on top of the balanced class weights).
+    """
     y_train, y_val = np.asarray(y_train), np.asarray(y_val)
     for b in blocks:
         b.fit(train, y_train)
@@ -113,7 +118,7 @@ def fit_blocks(
     m = _metrics()
 
     def fit(c: float):
-        lr = _logreg(c).fit(z_tr, y_train)
+        lr = _logreg(c).fit(z_tr, y_train, sample_weight=sample_weight)
         return float(m.auroc(lr.decision_function(z_va), y_val)), lr
 
     c, score, lr = best_by_validation(sorted(cs), fit)
@@ -224,8 +229,13 @@ def train_feature_sets(
     progress: Callable[[str], None] | None = None,
     a7_features: tuple[str, ...] = A7_SELECTION,
     l9_features: tuple[str, ...] = L9_SELECTION,
+    sample_weight: np.ndarray | None = None,
 ) -> dict[str, ProbeFit]:
     """Run the whole protocol: choose ``K`` and ``k`` once, then fit every feature set.
+
+    Warns `halluprobe.DegenerateFitWarning` when a split lacks a class or has fewer than
+    `halluprobe.calibration.MIN_PER_CLASS` examples of one, and when a fit's validation
+    probabilities collapse around its threshold (`halluprobe.calibration.check_collapse`).
 
     Args:
         feature_sets: Names such as ``["A7", "A64H64"]``.
@@ -238,7 +248,11 @@ def train_feature_sets(
         progress: Optional callable ``(message) -> None`` told about each step.
         a7_features: A7's features (default the packaged selection).
         l9_features: L9's features (default the packaged selection).
+        sample_weight: ``[n_train]`` weights of the probes' training rows (`fit_blocks`).
     """
+    from halluprobe.calibration import check_collapse, check_labels
+
+    check_labels(y_train, y_val, what="training")
     note = progress or (lambda msg: None)
     blocks_used = {b for s in feature_sets for b in parse_feature_set(s)}
     heads, k, extra = order[:1], 1, {}
@@ -254,7 +268,8 @@ def train_feature_sets(
     for name in feature_sets:
         note(f"fitting {name}")
         blocks = make_blocks(name, heads, k, a7_features=a7_features, l9_features=l9_features)
-        fit = fit_blocks(blocks, name, train, y_train, val, y_val)
+        fit = fit_blocks(blocks, name, train, y_train, val, y_val, sample_weight=sample_weight)
+        check_collapse(fit.predict_proba(val)[:, 1], fit.threshold, what=name)
         used = parse_feature_set(name)
         fit.selection = {key: v for key, v in extra.items() if {"K": "A7", "k": "A64"}[key] in used}
         fits[name] = fit

@@ -21,6 +21,7 @@ from .builders import (
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
 from .files import atomic_path, atomic_write_bytes, atomic_write_text
+from .floors import FLOORS, GroundingFloor, best_floor, floor_scores, grounding_matrix, overlap_scores
 from .grounding import (
     GROUNDING_FEATURES,
     STOP_WORDS,
@@ -64,6 +65,12 @@ from .weights import WeightsNotFoundError, smollm2_gguf
 __version__ = "0.1.0"
 
 __all__ = [
+    "FLOORS",
+    "GroundingFloor",
+    "best_floor",
+    "floor_scores",
+    "grounding_matrix",
+    "overlap_scores",
     "GROUNDING_FEATURES",
     "STOP_WORDS",
     "AnswerWord",
