@@ -8,6 +8,8 @@ from halluprobe import Detector, fill_grounding, fit_general, general as gen, tr
 from halubench_data import Dataset, Example
 
 SETS = ("GL9", "GA7L9", "GH64")
+# the sources are small on purpose (fewer than 10 validation answers of a class warn, as tested below)
+pytestmark = pytest.mark.filterwarnings("ignore::halluprobe.calibration.DegenerateFitWarning")
 WORDS = "amber basil cedar delta ember fjord grove heron iris juniper kelp lotus maple nectar onyx".split()
 
 
@@ -62,26 +64,11 @@ def _fit(sources, **kw):
 def test_source_weights_give_every_source_and_label_the_same_total():
     y = np.array([0, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1])
     src = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
-    w = gen.source_weights(y, src)
+    w = gen.source_label_weights(y, src)
     assert w.sum() == pytest.approx(len(y))
     for s in (0, 1):
         assert w[src == s].sum() == pytest.approx(len(y) / 2)
         assert w[(src == s) & (y == 1)].sum() == pytest.approx(w[(src == s) & (y == 0)].sum())
-
-
-def test_threshold_maximises_the_mean_per_source_f1():
-    from halubench_data.metrics import f1_at
-
-    rng = np.random.default_rng(1)
-    p, y, src = rng.random(60), rng.integers(0, 2, 60), np.repeat([0, 1, 2], 20)
-    t = gen.mean_source_threshold(p, y, src)
-
-    def mean_f1(th):
-        return np.mean([f1_at(p[src == s], y[src == s], th) for s in range(3)])
-
-    best = max(mean_f1(c) for c in np.unique(p))
-    assert mean_f1(t) == pytest.approx(best)
-    assert t == max(c for c in np.unique(p) if mean_f1(c) >= best - 1e-12)  # ties to the higher one
 
 
 def test_leave_one_source_out_never_fits_on_the_held_out_source(sources, monkeypatch):
@@ -118,7 +105,12 @@ def test_calibration_matches_the_weighted_base_rate_and_the_threshold_is_chosen(
     w = np.array([len(va.y) / (3 * (va.source == s).sum()) for s in va.source])
     # Platt scaling with an intercept: the weighted mean probability equals the weighted label rate
     assert np.average(p, weights=w) == pytest.approx(np.average(va.y, weights=w), abs=1e-3)
-    assert fit.threshold == gen.mean_source_threshold(p, va.y, va.source)
+    from halluprobe.calibration import transfer_threshold
+
+    by = {s: va.source == s for s in range(3)}
+    assert fit.threshold == transfer_threshold(
+        {s: p[m] for s, m in by.items()}, {s: va.y[m] for s, m in by.items()}
+    )
     a, b = result.calibration
     assert (fit.selection["calibration_slope"], fit.selection["calibration_intercept"]) == (a, b)
 
@@ -153,3 +145,12 @@ def test_bad_sources_are_refused(sources):
         fit_general(datasets, swapped, head_order=list(range(8)), feature_sets=("GL9",))
     with pytest.raises(ValueError, match="not a concatenation"):
         fit_general(datasets, records, head_order=[0], feature_sets=("GX",))
+
+
+def test_a_source_with_few_answers_of_a_label_warns(sources):
+    from halluprobe.calibration import DegenerateFitWarning
+
+    with pytest.warns(
+        DegenerateFitWarning, match="general detector, source 'qa': the validation split has fewer"
+    ):
+        _fit(sources)

@@ -120,10 +120,13 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
     n_layers = int(model.config.num_hidden_layers)
     order = rank_heads(induction_scores(model), layers if layers is not None else tuple(range(n_layers)))
     sets = args.feature_sets or list(GENERAL_FEATURE_SETS)
-    result = fit_general(
-        datasets, records, head_order=order, proxy=args.proxy, layers=ext.layers,
-        hidden_layers=ext.hidden_layers or (), feature_sets=sets, progress=clikit.status, **selections,
-    )  # fmt: skip
+    from halluprobe.calibration import degenerate_fit_lines
+
+    with degenerate_fit_lines("halluprobe train"):
+        result = fit_general(
+            datasets, records, head_order=order, proxy=args.proxy, layers=ext.layers,
+            hidden_layers=ext.hidden_layers or (), feature_sets=sets, progress=clikit.status, **selections,
+        )  # fmt: skip
     det_dir = result.detector.save(out / "detector")
     doc = {
         "sources": {ds.name: spec for ds, spec in zip(datasets, specs, strict=True)},

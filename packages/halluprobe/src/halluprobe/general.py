@@ -3,7 +3,7 @@
 The recipe (`fit_general`, `train_general`; ``halluprobe train --general`` runs it):
 
 1. **Equal weight per source.** Every training answer gets a sample weight so that each source weighs
-   the same in total and, within a source, both labels weigh the same (`source_weights`). A large
+   the same in total and, within a source, both labels weigh the same (`source_label_weights`). A large
    source does not drown a small one, and no source's base rate leaks into the fit.
 2. **Feature set by leave-one-source-out.** For every candidate feature set (default
    `GENERAL_FEATURE_SETS`) and every source in turn, the probe is fitted on the other sources (A7's
@@ -14,10 +14,12 @@ The recipe (`fit_general`, `train_general`; ``halluprobe train --general`` runs 
    split is read.
 3. **Final fit** of the chosen set on the training splits of every source (weighted as in 1).
 4. **Calibration** on the pooled validation splits: a Platt scaling (a weighted one-feature logistic
-   regression of the label on the probe's logit, each source weighing the same) folded into the
-   probe's weights, so its probabilities are the calibrated ones.
+   regression of the label on the probe's logit, each source weighing the same;
+   `halluprobe.calibration.Calibrator`) folded into the probe's weights, so its probabilities are the
+   calibrated ones.
 5. **Threshold** maximising the mean per-source validation F1 of the calibrated probabilities (ties
-   to the higher threshold): the threshold that works across sources rather than on the pooled set.
+   to the higher threshold; `halluprobe.calibration.transfer_threshold`): the threshold that works
+   across sources rather than on the pooled set.
 
 Everything is deterministic: the same records give the same detector, byte for byte, once saved.
 Scores: higher means more likely hallucinated.
@@ -85,7 +87,7 @@ def _nanmean(values: Sequence[float]) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def source_weights(y: np.ndarray, source: np.ndarray) -> np.ndarray:
+def source_label_weights(y: np.ndarray, source: np.ndarray) -> np.ndarray:
     """``[n] float64`` sample weights: every source the same total, both labels the same within a source.
 
     Weight of an answer of source ``s`` with label ``c``: ``n / (S * L_s * n_{s,c})`` (``S`` sources,
@@ -111,25 +113,6 @@ def mean_source_auroc(scores: np.ndarray, y: np.ndarray, source: np.ndarray) -> 
         if len(np.unique(y[m])) == 2:
             out.append(auroc(scores[m], y[m]))
     return _nanmean(out)
-
-
-def mean_source_threshold(p: np.ndarray, y: np.ndarray, source: np.ndarray) -> float:
-    """The probability threshold (one of ``p``) with the highest mean per-source F1; ties to the higher."""
-    cands = np.unique(p)
-    total, counted = np.zeros(len(cands)), 0
-    for s in np.unique(source):
-        m = source == s
-        pos, neg = np.sort(p[m & (y == 1)]), np.sort(p[m & (y == 0)])
-        if not len(pos):
-            continue
-        tp = len(pos) - np.searchsorted(pos, cands, "left")
-        fp = len(neg) - np.searchsorted(neg, cands, "left")
-        total += 2 * tp / (2 * tp + fp + (len(pos) - tp))
-        counted += 1
-    if not counted:
-        raise ValueError("choosing a threshold needs a hallucinated validation answer in some source")
-    best = np.flatnonzero(total >= total.max() - 1e-12)
-    return float(cands[best[-1]])
 
 
 def _logreg(c: float, seed: int):
@@ -170,7 +153,7 @@ def fit_weighted(
     scaler = Standardizer().fit(x_tr)
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(va.records) for b in blocks]))
-    w = source_weights(tr.y, tr.source)
+    w = source_label_weights(tr.y, tr.source)
 
     def fit(c: float):
         lr = _logreg(c, seed).fit(z_tr, tr.y, sample_weight=w)
@@ -181,23 +164,35 @@ def fit_weighted(
                     float(c), 0.5, float(score))  # fmt: skip
 
 
-def calibrate(fit: ProbeFit, va: _Pool, *, seed: int = 0) -> tuple[float, float]:
-    """Platt-scale ``fit`` on ``va`` (each source weighing the same) and fold it in; returns ``(a, b)``.
+def calibrate(fit: ProbeFit, va: _Pool) -> tuple[float, float]:
+    """Platt-scale ``fit`` on ``va`` and fold it in, then set the transfer threshold; returns ``(a, b)``.
 
-    After the call ``fit.predict_proba`` gives ``sigmoid(a * logit + b)`` of the old logit.
+    The calibration and the threshold are `halluprobe.calibration`'s: a `Calibrator` fitted on the
+    probe's validation logits with every source weighing the same, and `transfer_threshold` (the
+    highest mean per-source validation F1, ties to the higher threshold). After the call
+    ``fit.predict_proba`` gives ``sigmoid(a * logit + b)`` of the old logit.
     """
-    from sklearn.linear_model import LogisticRegression
+    from halluprobe.calibration import (
+        Calibrator,
+        check_collapse,
+        source_weights as equal_source_weights,
+        transfer_threshold,
+    )
 
-    z = fit.decision_function(va.records).reshape(-1, 1)
-    w = np.zeros(len(va.y))
-    for s in np.unique(va.source):
-        m = va.source == s
-        w[m] = len(va.y) / (len(np.unique(va.source)) * m.sum())
-    lr = LogisticRegression(C=1e6, max_iter=1000, random_state=seed).fit(z, va.y, sample_weight=w)
-    a, b = float(lr.coef_[0, 0]), float(lr.intercept_[0])
-    fit.coef = fit.coef * a
-    fit.intercept = fit.intercept * a + b
-    return a, b
+    cal = Calibrator("platt").fit(
+        fit.decision_function(va.records),
+        va.y,
+        sample_weight=equal_source_weights([str(s) for s in va.source]),
+    )
+    fit.coef = fit.coef * cal.a_
+    fit.intercept = fit.intercept * cal.a_ + cal.b_
+    p = fit.predict_proba(va.records)[:, 1]
+    by = {s: np.flatnonzero(va.source == s) for s in np.unique(va.source)}
+    fit.threshold = transfer_threshold(
+        {str(s): p[i] for s, i in by.items()}, {str(s): va.y[i] for s, i in by.items()}
+    )
+    check_collapse(p, fit.threshold, what="general detector")
+    return cal.a_, cal.b_
 
 
 def _pool(
@@ -220,6 +215,9 @@ def _pool(
 
 
 def _check_sources(datasets: Sequence[Any], records: Mapping[str, Any]) -> None:
+    """Distinct names, records, both labels in every split (else `ValueError`); few of a label warn."""
+    from halluprobe.calibration import check_labels
+
     names = [ds.name for ds in datasets]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ValueError(f"a general detector needs at least two sources with distinct names, got {names}")
@@ -229,6 +227,11 @@ def _check_sources(datasets: Sequence[Any], records: Mapping[str, Any]) -> None:
         for split in SPLITS:
             if len(np.unique(ds.split(split).labels)) < 2:
                 raise ValueError(f"source {ds.name!r}: its {split} split needs both labels (0 and 1)")
+        check_labels(
+            ds.split("train").labels,
+            ds.split("validation").labels,
+            what=f"general detector, source {ds.name!r}",
+        )
 
 
 def loso_auroc(
@@ -304,9 +307,7 @@ def fit_general(
     note(f"chosen {chosen} (mean held-out AUROC {means[chosen]:.4f}); fitting it on every source")
     heads, k = _hyper([chosen], head_order, tr, va, a7_features)
     fit = fit_weighted(chosen, heads, k, tr, va, **kw)
-    a, b = calibrate(fit, va, seed=seed)
-    p_va = fit.predict_proba(va.records)[:, 1]
-    fit.threshold = mean_source_threshold(p_va, va.y, va.source)
+    a, b = calibrate(fit, va)
     used = parse_feature_set(chosen)
     fit.selection = {
         **({"K": float(len(heads))} if "A7" in used else {}),
