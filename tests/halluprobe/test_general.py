@@ -77,7 +77,10 @@ def test_leave_one_source_out_never_fits_on_the_held_out_source(sources, monkeyp
 
     def spy(fs, heads, k, tr, va, **kw):
         seen.append((fs, set(tr.source.tolist()), set(va.source.tolist())))
+        groups.append(set(tr.groups) | set(va.groups))
         return real(fs, heads, k, tr, va, **kw)
+
+    groups = []
 
     monkeypatch.setattr(gen, "fit_weighted", spy)
     result = _fit(sources)
@@ -100,16 +103,18 @@ def test_calibration_matches_the_weighted_base_rate_and_the_threshold_is_chosen(
     datasets, records = sources
     result = _fit(sources)
     fit = result.detector.fit
-    va = gen._pool(datasets, records, "validation")
-    p = fit.predict_proba(va.records)[:, 1]
-    w = np.array([len(va.y) / (3 * (va.source == s).sum()) for s in va.source])
+    val = [r for ds in datasets for r in records[ds.name]["validation"]]
+    y = np.concatenate([ds.validation.labels for ds in datasets])
+    src = np.repeat(np.arange(3), [len(ds.validation) for ds in datasets])
+    p = fit.predict_proba(val)[:, 1]
+    w = np.array([len(y) / (3 * (src == s).sum()) for s in src])
     # Platt scaling with an intercept: the weighted mean probability equals the weighted label rate
-    assert np.average(p, weights=w) == pytest.approx(np.average(va.y, weights=w), abs=1e-3)
+    assert np.average(p, weights=w) == pytest.approx(np.average(y, weights=w), abs=1e-3)
     from halluprobe.calibration import transfer_threshold
 
-    by = {s: va.source == s for s in range(3)}
+    by = {s: src == s for s in range(3)}
     assert fit.threshold == transfer_threshold(
-        {s: p[m] for s, m in by.items()}, {s: va.y[m] for s, m in by.items()}
+        {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
     )
     a, b = result.calibration
     assert (fit.selection["calibration_slope"], fit.selection["calibration_intercept"]) == (a, b)
@@ -136,9 +141,11 @@ def test_training_twice_gives_byte_identical_detectors(sources, tmp_path):
 
 def test_bad_sources_are_refused(sources):
     datasets, records = sources
-    with pytest.raises(ValueError, match="at least two sources with distinct names"):
+    with pytest.raises(ValueError, match=r"at least two sources \(Example.source\), got \['qa'\]"):
         fit_general(datasets[:1], records, head_order=[0])
-    with pytest.raises(ValueError, match="no records for source 'summary'"):
+    with pytest.raises(ValueError, match="datasets need distinct names"):
+        fit_general([datasets[0], datasets[0]], records, head_order=[0])
+    with pytest.raises(ValueError, match="no records for dataset 'summary'"):
         fit_general(datasets[:2], {"qa": records["qa"]}, head_order=[0])
     swapped = {**records, "qa": {**records["qa"], "train": records["qa"]["train"][::-1]}}
     with pytest.raises(ValueError, match="records of 'qa' train do not match its examples"):
@@ -154,3 +161,34 @@ def test_a_source_with_few_answers_of_a_label_warns(sources):
         DegenerateFitWarning, match="general detector, source 'qa': the validation split has fewer"
     ):
         _fit(sources)
+
+
+def test_sources_are_the_examples_sources_and_shared_groups_stay_out(record_factory, monkeypatch):
+    """One dataset of two sources (as RAGTruth's tasks) is two sources; a group shared with the held-out
+    source never enters its fit."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(4)
+    a, b = _source("a", rng), _source("b", rng)
+    shared = a.examples[0].group  # the first group of source a also holds answers of source b
+    b_exs = [replace(ex, group=shared) if i < 4 else ex for i, ex in enumerate(b.examples)]
+    both = Dataset(tuple(a.examples) + tuple(b_exs), name="ab")
+    c = _source("c", rng)
+    datasets = [both, c]
+    records = {ds.name: _records(ds, record_factory, rng) for ds in datasets}
+    folds = []
+    real = gen.fit_weighted
+
+    def spy(fs, heads, k, tr, va, **kw):
+        folds.append((set(tr.source.tolist()) | set(va.source.tolist()), set(tr.groups) | set(va.groups)))
+        return real(fs, heads, k, tr, va, **kw)
+
+    monkeypatch.setattr(gen, "fit_weighted", spy)
+    result = fit_general(
+        datasets, records, head_order=list(range(8)), hidden_layers=(1,), feature_sets=("GL9",)
+    )
+    assert result.sources == ["a", "b", "c"] and set(result.loso_auroc["GL9"]) == {"a", "b", "c"}
+    held_a, held_b = folds[0], folds[1]
+    assert held_a[0] == {1, 2} and f"0/{shared}" not in held_a[1]  # b's answers in a's group stay out
+    assert held_b[0] == {0, 2} and f"0/{shared}" not in held_b[1]
+    assert f"0/{shared}" in folds[2][1]  # holding out c: the shared group is fitted on

@@ -195,12 +195,25 @@ def calibrate(fit: ProbeFit, va: _Pool) -> tuple[float, float]:
     return cal.a_, cal.b_
 
 
+def source_names(datasets: Sequence[Any]) -> list[str]:
+    """The sources of ``datasets``: their examples' distinct ``source`` values, in order of appearance."""
+    return list(
+        dict.fromkeys(ex.source for ds in datasets for split in SPLITS for ex in ds.split(split).examples)
+    )
+
+
 def _pool(
-    datasets: Sequence[Any], records: Mapping[str, Mapping[str, Sequence[ExampleRecord]]], split: str
+    datasets: Sequence[Any],
+    records: Mapping[str, Mapping[str, Sequence[ExampleRecord]]],
+    split: str,
+    names: Sequence[str],
 ) -> _Pool:
+    """The split of every dataset, concatenated; sources index ``names``, groups are per dataset."""
     recs: list[ExampleRecord] = []
     ys, groups, source = [], [], []
     for i, ds in enumerate(datasets):
+        if ds.name not in records:
+            raise ValueError(f"no records for dataset {ds.name!r}")
         part = ds.split(split)
         got = list(records[ds.name][split])
         if [r.id for r in got] != [ex.id for ex in part.examples]:
@@ -209,42 +222,44 @@ def _pool(
             )
         recs += got
         ys.append(np.asarray(part.labels, dtype=np.int64))
-        groups += [str(g) for g in part.groups]
-        source += [i] * len(got)
+        groups += [f"{i}/{ex.group}" for ex in part.examples]
+        source += [names.index(ex.source) for ex in part.examples]
     return _Pool(recs, np.concatenate(ys), groups, np.asarray(source, dtype=np.int64))
 
 
-def _check_sources(datasets: Sequence[Any], records: Mapping[str, Any]) -> None:
-    """Distinct names, records, both labels in every split (else `ValueError`); few of a label warn."""
+def _check_sources(names: Sequence[str], tr: _Pool, va: _Pool) -> None:
+    """At least two sources, both labels in each one's splits (else `ValueError`); few of a label warn."""
     from halluprobe.calibration import check_labels
 
-    names = [ds.name for ds in datasets]
-    if len(names) < 2 or len(set(names)) != len(names):
-        raise ValueError(f"a general detector needs at least two sources with distinct names, got {names}")
-    for ds in datasets:
-        if ds.name not in records:
-            raise ValueError(f"no records for source {ds.name!r}")
-        for split in SPLITS:
-            if len(np.unique(ds.split(split).labels)) < 2:
-                raise ValueError(f"source {ds.name!r}: its {split} split needs both labels (0 and 1)")
-        check_labels(
-            ds.split("train").labels,
-            ds.split("validation").labels,
-            what=f"general detector, source {ds.name!r}",
-        )
+    if len(names) < 2:
+        raise ValueError(f"a general detector needs at least two sources (Example.source), got {list(names)}")
+    for i, name in enumerate(names):
+        for split, pool in (("train", tr), ("validation", va)):
+            if len(np.unique(pool.y[pool.source == i])) < 2:
+                raise ValueError(f"source {name!r}: its {split} split needs both labels (0 and 1)")
+        check_labels(tr.y[tr.source == i], va.y[va.source == i], what=f"general detector, source {name!r}")
 
 
 def loso_auroc(
-    datasets: Sequence[Any], tr: _Pool, va: _Pool, feature_sets: Sequence[str], order: Sequence[int], *,
+    names: Sequence[str], tr: _Pool, va: _Pool, feature_sets: Sequence[str], order: Sequence[int], *,
     seed: int = 0, a7_features=A7_SELECTION, l9_features=L9_SELECTION,
     note: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """``{feature set: {held-out source: AUROC}}``: each source scored by probes fitted on the others."""
+    """``{feature set: {held-out source: AUROC}}``: each source scored by probes fitted on the others.
+
+    The fit of a held-out source sees neither its answers nor any other answer of a group it holds
+    (a document shared between sources of one dataset); it is scored on its training and validation
+    answers.
+    """
     out: dict[str, dict[str, float]] = {fs: {} for fs in feature_sets}
-    for i, ds in enumerate(datasets):
+    for i, name in enumerate(names):
         if note is not None:
-            note(f"leave-one-source-out: holding out {ds.name}")
-        tr_i, va_i = tr.take(tr.source != i), va.take(va.source != i)
+            note(f"leave-one-source-out: holding out {name}")
+        held_groups = {
+            g for pool in (tr, va) for g, s in zip(pool.groups, pool.source, strict=True) if s == i
+        }
+        keep = [(pool.source != i) & ~np.isin(pool.groups, list(held_groups)) for pool in (tr, va)]
+        tr_i, va_i = tr.take(keep[0]), va.take(keep[1])
         held = np.concatenate([tr.source == i, va.source == i])
         held_records = [r for r, m in zip(tr.records + va.records, held, strict=True) if m]
         held_y = np.concatenate([tr.y, va.y])[held]
@@ -253,8 +268,7 @@ def loso_auroc(
             fit = fit_weighted(
                 fs, heads, k, tr_i, va_i, seed=seed, a7_features=a7_features, l9_features=l9_features
             )
-            both = len(np.unique(held_y)) == 2
-            out[fs][ds.name] = auroc(fit.decision_function(held_records), held_y) if both else float("nan")
+            out[fs][name] = auroc(fit.decision_function(held_records), held_y)
     return out
 
 
@@ -275,8 +289,9 @@ def fit_general(
     """Train a general detector on several sources (the recipe in this module's docstring).
 
     Args:
-        datasets: The sources (``halubench_data.Dataset``), at least two, with distinct names and both
-            labels in their train and validation splits.
+        datasets: Datasets (``halubench_data.Dataset``) with distinct names. Their examples'
+            ``source`` values are the sources (a RAGTruth dataset of three tasks is three sources):
+            at least two, each with both labels in its train and validation answers.
         records_by_dataset: ``{dataset name: {"train": records, "validation": records}}``, one record per
             example of the split, in order, each with its grounding features when a set uses ``G``
             (`halluprobe.grounding.fill_grounding`).
@@ -298,10 +313,14 @@ def fit_general(
     sets = list(dict.fromkeys(feature_sets))
     for fs in sets:
         parse_feature_set(fs)
-    _check_sources(datasets, records_by_dataset)
-    tr, va = _pool(datasets, records_by_dataset, "train"), _pool(datasets, records_by_dataset, "validation")
+    if len({ds.name for ds in datasets}) != len(datasets):
+        raise ValueError(f"datasets need distinct names, got {[ds.name for ds in datasets]}")
+    names = source_names(datasets)
+    tr = _pool(datasets, records_by_dataset, "train", names)
+    va = _pool(datasets, records_by_dataset, "validation", names)
+    _check_sources(names, tr, va)
     kw: dict[str, Any] = {"seed": seed, "a7_features": a7_features, "l9_features": l9_features}
-    table = loso_auroc(datasets, tr, va, sets, head_order, note=note, **kw)
+    table = loso_auroc(names, tr, va, sets, head_order, note=note, **kw)
     means = {fs: _nanmean(list(per.values())) for fs, per in table.items()}
     chosen = max(sets, key=lambda fs: (np.nan_to_num(means[fs], nan=-1.0), -sets.index(fs)))
     note(f"chosen {chosen} (mean held-out AUROC {means[chosen]:.4f}); fitting it on every source")
@@ -317,7 +336,7 @@ def fit_general(
         "calibration_intercept": b,
     }
     det = Detector(fit, proxy, layers, hidden_layers)
-    return GeneralFit(det, chosen, table, [ds.name for ds in datasets], (a, b))
+    return GeneralFit(det, chosen, table, names, (a, b))
 
 
 def train_general(
