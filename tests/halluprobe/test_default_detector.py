@@ -55,6 +55,13 @@ def test_general_training_then_predict_with_no_detector_path(
     assert res["feature_set"] == chosen and set(res["loso_auroc"]) == {"GL9", "GA7L9"}
     assert set(res["loso_auroc"][chosen]) == {"alpha", "beta", "gamma"}
     assert json.loads((tmp_path / "run" / "general.json").read_text()) == res
+    # again from the first run's cache (--cache): no example runs through the proxy, the same bytes come out
+    argv2 = [*argv[: argv.index("--out")], "--out", str(tmp_path / "run2"), *argv[argv.index("--out") + 2 :]]
+    assert main([*argv2, "--cache", str(tmp_path / "run" / "cache")]) == 0
+    capsys.readouterr()
+    assert not (tmp_path / "run2" / "cache" / "index.json").exists()
+    for name in ("detector.json", "detector.safetensors"):
+        assert (tmp_path / "run2" / "detector" / name).read_bytes() == (Path(folder) / name).read_bytes()
     # the documented override names the default detector; predict uses it and says so
     monkeypatch.setenv(ENV_VAR, folder)
     assert main(["predict", "--context", "amber basil", "--answer", "kelp", "--device", "cpu", "--json"]) == 0

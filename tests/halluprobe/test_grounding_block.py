@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from halluprobe import Detector, FeatureCache, GBlock, extract_records, fill_grounding, parse_feature_set
-from halluprobe.grounding import adopt_records, legacy_settings
+from halluprobe.grounding import cached_records, legacy_settings
 from halluprobe.protocol import fit_blocks, make_blocks
 from halubench_data.grounding import GROUNDING_FEATURES, grounding_features
 
@@ -123,24 +123,18 @@ def test_a_cache_from_before_grounding_still_serves(record_factory, tmp_path):
     exs = _examples()
     settings = {"proxy": "p", "grounding": {"features": list(GROUNDING_FEATURES), "version": None}}
     old = FeatureCache(tmp_path / "old", legacy_settings(settings))  # written before records had grounding
-    old.add([record_factory(ex.id, rng) for ex in exs[:3]], [old.key(ex) for ex in exs[:3]])
+    old.add([record_factory(ex.id, rng) for ex in exs[:2]], [old.key(ex) for ex in exs[:2]])
     new = FeatureCache(tmp_path / "new", settings)
-    assert adopt_records(new, exs, [FeatureCache(tmp_path / "old", settings)]) == 3
-    assert adopt_records(new, exs, [FeatureCache(tmp_path / "old", settings)]) == 0  # already there
-
-    computed = []
-
-    def compute(batch):
-        computed.extend(ex.id for ex in batch)
-        return fill_grounding([record_factory(ex.id, rng) for ex in batch], batch)
-
-    recs = extract_records(exs, compute, new)
-    assert computed == ["e3"]  # only the example no cache held runs the proxy
-    for r, ex in zip(recs, exs, strict=True):
-        np.testing.assert_array_equal(r.grounding, _want(ex))
-    # the same folder, legacy records in place: adopted under the current settings
-    same = FeatureCache(tmp_path / "old", settings)
-    assert adopt_records(same, exs[:3]) == 3 and len(same.lookup([same.key(ex) for ex in exs[:3]])) == 3
+    new.add(fill_grounding([record_factory("e2", rng)], exs[2:3]), [new.key(exs[2])])
+    found = cached_records(exs, [new, FeatureCache(tmp_path / "old", settings)])
+    assert sorted(found) == ["e0", "e1", "e2"]  # e3 is in no cache: the proxy runs for it alone
+    for ex in exs[:3]:
+        np.testing.assert_array_equal(found[ex.id].grounding, _want(ex))
+    assert len(new) == 1 and len(old) == 2  # nothing copied or written
+    edited = SimpleNamespace(id="e0", context=exs[0].context, question=exs[0].question, answer="Edited.")
+    assert cached_records([edited], [FeatureCache(tmp_path / "old", settings)]) == {}  # content-keyed
+    other = {**settings, "proxy": "q"}  # other proxy settings: nothing, legacy or not
+    assert cached_records(exs, [FeatureCache(tmp_path / "old", other)]) == {}
 
 
 @pytest.mark.slow

@@ -87,7 +87,7 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
     from halluprobe.distributed import World
     from halluprobe.extract import ProxyExtractor, extract_records
     from halluprobe.general import GENERAL_FEATURE_SETS, SPLITS, fit_general
-    from halluprobe.grounding import adopt_records
+    from halluprobe.grounding import cached_records
     from halluprobe.induction import induction_scores, rank_heads
 
     device = clikit.resolve_device(args.device)
@@ -112,11 +112,13 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
         records[ds.name] = {}
         for split in SPLITS:
             examples = ds.split(split).examples
-            adopt_records(cache, examples, sources)
-            records[ds.name][split] = extract_records(
-                examples, ext, cache, batch_size=args.batch_size, token_budget=args.token_budget,
+            found = cached_records(examples, [cache, *sources])  # no proxy run, no copy
+            missing = [ex for ex in examples if ex.id not in found]
+            found.update(zip([ex.id for ex in missing], extract_records(
+                missing, ext, cache, batch_size=args.batch_size, token_budget=args.token_budget,
                 length=ext.length, progress=clikit.show_progress(), desc=f"{ds.name} {split}", world=World(),
-            )  # fmt: skip
+            ), strict=True))  # fmt: skip
+            records[ds.name][split] = [found[ex.id] for ex in examples]
     n_layers = int(model.config.num_hidden_layers)
     order = rank_heads(induction_scores(model), layers if layers is not None else tuple(range(n_layers)))
     sets = args.feature_sets or list(GENERAL_FEATURE_SETS)

@@ -4,7 +4,7 @@ An [`ExampleRecord`][halluprobe.ExampleRecord] carries ``grounding``: the exampl
 features ([`halubench_data.grounding.grounding_features`][], in ``GROUNDING_FEATURES`` order), which the
 feature block ``G`` ([`halluprobe.blocks.GBlock`][]) reads. They depend on the text alone, never on the
 proxy, so a record extracted before they existed is completed from its example (`fill_grounding`)
-instead of running the proxy again, and a cache written before them still serves (`adopt_records`).
+instead of running the proxy again, and a cache written before them still serves (`cached_records`).
 """
 
 from __future__ import annotations
@@ -91,41 +91,35 @@ def legacy_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != SETTINGS_KEY}
 
 
-def adopt_records(cache: FeatureCache, examples: Sequence[Any], sources: Sequence[FeatureCache] = ()) -> int:
-    """Copy into ``cache`` the records of ``examples`` that other caches hold, with grounding filled.
+def cached_records(examples: Sequence[Any], caches: Sequence[FeatureCache]) -> dict[str, ExampleRecord]:
+    """The records of ``examples`` that the caches hold, by example id, with grounding filled in memory.
 
-    An example counts as cached elsewhere when a source cache (or ``cache`` itself, under the
-    settings before grounding, `legacy_settings`) holds a record of exactly its content under the
-    same proxy settings; its grounding is computed from the example (`fill_grounding`) and it is
-    added to ``cache`` under the current settings, so `halluprobe.extract_records` finds it and
-    runs no proxy for it. Records already in ``cache`` are left alone.
+    A cache holds an example's record when it has one of exactly its content under the cache's settings
+    or under the same settings before grounding (`legacy_settings`: a cache written before records
+    carried grounding); the grounding features are computed from the example (`fill_grounding`).
+    Nothing is written, so a large cache is reused without a copy; pass the examples not found to
+    `halluprobe.extract_records`.
 
     Args:
-        cache: The cache written to (its settings include `grounding_settings`).
         examples: Objects with ``id``, ``context``, ``question`` and ``answer``.
-        sources: Other cache folders opened with the same proxy settings (current or legacy ones).
+        caches: Cache folders opened with the current proxy settings, searched in order.
 
     Returns:
-        The number of records added.
+        ``{example id: record}`` of the examples found.
     """
     from halluprobe.cache import FeatureCache
 
-    todo = {cache.key(ex): ex for ex in examples}
-    todo = {k: ex for k, ex in todo.items() if k not in cache.lookup(list(todo))}
-    views = [
-        FeatureCache(c.root, s) for c in (cache, *sources) for s in (c.settings, legacy_settings(c.settings))
-    ]
-    added = 0
-    for view in views:
-        if not todo:
-            break
-        want = {view.key(ex): k for k, ex in todo.items()}
-        found = view.lookup(list(want))
-        keys = [want[vk] for vk in found]
-        if not keys:
-            continue
-        cache.add(fill_grounding(list(found.values()), [todo[k] for k in keys]), keys)
-        added += len(keys)
-        for k in keys:
-            del todo[k]
-    return added
+    todo = {ex.id: ex for ex in examples}
+    out: dict[str, ExampleRecord] = {}
+    for c in caches:
+        for settings in (c.settings, legacy_settings(c.settings)):
+            if not todo:
+                return out
+            view = FeatureCache(c.root, settings)
+            want = {view.key(ex): ex for ex in todo.values()}
+            found = view.lookup(list(want))
+            exs = [want[k] for k in found]
+            for ex, r in zip(exs, fill_grounding(list(found.values()), exs), strict=True):
+                out[ex.id] = r
+                del todo[ex.id]
+    return out
