@@ -19,6 +19,7 @@ from halubench_data import clikit
 from halluprobe import _cli_schemas as schemas
 from halluprobe._cli_inputs import read_triples
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
+from halluprobe._cli_transfer import add_transfer_parser, cmd_transfer
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
+    add_transfer_parser(sub)
     return parser
 
 
@@ -531,6 +533,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "transfer": cmd_transfer,
     "select-a7": cmd_select,
     "select-l9": cmd_select,
 }
