@@ -111,6 +111,13 @@ def test_unsupported_char_spans_cover_invented_words_only():
     assert all(ans[w.start : w.end].casefold().startswith(w.key[:3]) for w in words)
 
 
+def test_first_feature_is_the_overlap_score():
+    for ans in ("Marie Curie won in 1911.", "Yes.", "Lovelace, Babbage and Curie met."):
+        assert grounding_features(CTX, "q", ans)[FEATURE["unsupported_word_share"]] == overlap_score(
+            CTX, "q", ans
+        )
+
+
 def test_deterministic():
     a = "Pierre Curie won the Prize in 1911, in Chemistry."
     np.testing.assert_array_equal(grounding_features(CTX, "q", a), grounding_features(CTX, "q", a))

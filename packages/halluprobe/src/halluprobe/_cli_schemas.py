@@ -36,6 +36,8 @@ EVALUATE = {
     "split": "the scored split",
     "detector": "the detector folder",
     "methods": f"{{feature set}} -> {EVAL_RESULT}, at the detector's own threshold",
+    "floors": f"grounding floor -> {EVAL_RESULT} on the same examples (halubench_data.floor_results)",
+    "best_floor": "{method, auroc} of the floor with the highest AUROC (the Δ floor column), or null",
 }
 PREDICT = {
     "id": "the input line's 'id' (or its line number) with --input; null for --context/--answer",

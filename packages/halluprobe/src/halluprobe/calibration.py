@@ -12,7 +12,9 @@
   validation sources**, each source counting once. A threshold chosen on one pooled validation set
   follows the largest source's base rate; the mean over sources favours a threshold that is good
   on each of them. `ThresholdRule` ``"calibrated-0.5"`` is the alternative (the calibrated
-  probability's midpoint).
+  probability's midpoint). It is not the default: F1 rewards recall, so its best threshold usually
+  lies below 0.5; held out one source at a time over nine sources, the grounding floors' mean F1 at
+  the calibrated 0.5 was 0.59-0.62, at the mean-F1 threshold 0.66.
 * `DegenerateFitWarning` is raised by `check_labels` (one class missing, or fewer than
   `MIN_PER_CLASS` examples of a class in a split) and by `check_collapse` (validation
   probabilities collapsed: inter-quartile range below `MIN_IQR`, 0.01). A second rule, "more than

@@ -20,6 +20,7 @@ from halluprobe import _cli_schemas as schemas
 from halluprobe._cli_general import add_general_args, check_general_flags
 from halluprobe._cli_inputs import read_triples
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
+from halluprobe._cli_transfer import add_transfer_parser, cmd_transfer
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
+    add_transfer_parser(sub)
     return parser
 
 
@@ -493,9 +495,15 @@ def cmd_evaluate(args) -> int:
     )
     scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
+    from halubench_data.floors import best_floor, floor_results
+
+    floors = floor_results(ds, args.split)
+    best = best_floor({name: r.auroc for name, r in floors.items()})
     doc = {"dataset": ds.name, "split": args.split, "detector": str(args.detector),
-           "methods": {det.fit.feature_set: res}}  # fmt: skip
-    clikit.emit(lambda: results_table({f"{det.fit.feature_set} ({args.split})": res}), doc)
+           "methods": {det.fit.feature_set: res}, "floors": floors,
+           "best_floor": None if best is None else {"method": best[0], "auroc": best[1]}}  # fmt: skip
+    rows = {f"{det.fit.feature_set} ({args.split})": res, **floors}
+    clikit.emit(lambda: results_table(rows, floor=None if best is None else best[1]), doc)
     return 0
 
 
@@ -567,6 +575,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "transfer": cmd_transfer,
     "select-a7": cmd_select,
     "select-l9": cmd_select,
 }

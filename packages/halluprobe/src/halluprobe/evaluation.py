@@ -30,13 +30,18 @@ from halubench_data.metrics import (
     select_threshold,
 )
 
+from halluprobe.transfer import leave_one_source_out
+from halluprobe.transfer_table import TransferTable
+
 __all__ = [
     "DatasetEvaluation",
     "MethodScores",
     "PairedTest",
     "TransferResult",
+    "TransferTable",
     "evaluate_methods",
     "holm_families",
+    "leave_one_source_out",
     "paired_test",
     "results_document",
     "transfer",

@@ -21,7 +21,15 @@ from .builders import (
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
 from .files import atomic_path, atomic_write_bytes, atomic_write_text
-from .floors import FLOORS, GroundingFloor, best_floor, floor_scores, grounding_matrix, overlap_scores
+from .floors import (
+    FLOORS,
+    GroundingFloor,
+    best_floor,
+    floor_results,
+    floor_scores,
+    grounding_matrix,
+    overlap_scores,
+)
 from .grounding import (
     GROUNDING_FEATURES,
     STOP_WORDS,
@@ -68,6 +76,7 @@ __all__ = [
     "FLOORS",
     "GroundingFloor",
     "best_floor",
+    "floor_results",
     "floor_scores",
     "grounding_matrix",
     "overlap_scores",

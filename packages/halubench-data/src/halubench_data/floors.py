@@ -26,13 +26,14 @@ import numpy as np
 
 from .dataset import Dataset
 from .grounding import GROUNDING_FEATURES, grounding_features, overlap_score
-from .metrics import C_GRID, auroc, best_by_validation
-from .schema import Example
+from .metrics import C_GRID, EvalResult, auroc, best_by_validation, evaluate, select_threshold
+from .schema import Example, Split
 
 __all__ = [
     "FLOORS",
     "GroundingFloor",
     "best_floor",
+    "floor_results",
     "floor_scores",
     "grounding_matrix",
     "overlap_scores",
@@ -123,3 +124,31 @@ def best_floor(aurocs: Mapping[str, float]) -> tuple[str, float] | None:
     """The floor with the highest finite AUROC among ``aurocs`` (method -> AUROC), or None."""
     got = [(name, float(a)) for name, a in aurocs.items() if name in FLOORS and np.isfinite(a)]
     return max(got, key=lambda item: item[1]) if got else None
+
+
+def _labelled(ds: Dataset) -> bool:
+    return len(set(ds.labels.tolist())) == 2
+
+
+def floor_results(
+    ds: Dataset, split: Split = "test", *, n_bootstrap: int = 10_000, seed: int = 42
+) -> dict[str, EvalResult]:
+    """Both floors scored on one split of ``ds``, with group-bootstrap intervals, keyed by `FLOORS`.
+
+    Thresholds come from the validation split (validation F1) when it has both labels; the overlap
+    floor's is otherwise 0.5 (half the answer's content words unsupported). The grounding floor is
+    fitted only when the training and validation splits both have both labels; it is left out
+    otherwise. A split with one class gets NaN AUROC (`halubench_data.evaluate`).
+    """
+    part, val = ds.split(split), ds.validation
+    out: dict[str, EvalResult] = {}
+    y, groups = part.labels, part.groups
+    t = float(select_threshold(overlap_scores(val), val.labels)) if _labelled(val) else 0.5
+    out[FLOORS[0]] = evaluate(overlap_scores(part), y, groups, t, n_bootstrap=n_bootstrap, seed=seed)
+    if _labelled(ds.train) and _labelled(val):
+        x_val = grounding_matrix(val)
+        fit = GroundingFloor(seed=seed).fit(grounding_matrix(ds.train), ds.train.labels, x_val, val.labels)
+        t = float(select_threshold(fit.decision_function(x_val), val.labels))
+        scores = fit.decision_function(grounding_matrix(part))
+        out[FLOORS[1]] = evaluate(scores, y, groups, t, n_bootstrap=n_bootstrap, seed=seed)
+    return out
