@@ -52,10 +52,16 @@ def main() -> None:
     ind = induction_scores(model)
     nl, nh = ind.shape
     top = rank_heads(ind, tuple(range(nl)))[:TOP_HEADS]
-    log = {"device": str(torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"),
-           "torch": torch.__version__, "load_seconds": time.perf_counter() - t0, "sources": {}}
-    cols: dict[str, list] = {k: [] for k in ("id", "source", "answer_len", "prompt_len", "logit",
-                                             "heads", "lookback", "sinks", "hidden")}
+    log = {
+        "device": str(torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"),
+        "torch": torch.__version__,
+        "load_seconds": time.perf_counter() - t0,
+        "sources": {},
+    }
+    cols: dict[str, list] = {
+        k: []
+        for k in ("id", "source", "answer_len", "prompt_len", "logit", "heads", "lookback", "sinks", "hidden")
+    }
     lb = HEAD_STATS.index("lookback_ratio")
     for path in sorted(args.data.glob("*.jsonl")):
         name = path.stem
@@ -63,8 +69,9 @@ def main() -> None:
         examples = list(ds.examples)[: args.limit] if args.limit else list(ds.examples)
         cache = FeatureCache(args.work / name, ext.settings)
         t1 = time.perf_counter()
-        recs = extract_records(examples, ext, cache, batch_size=args.batch_size, token_budget=16384,
-                               length=ext.length)
+        recs = extract_records(
+            examples, ext, cache, batch_size=args.batch_size, token_budget=16384, length=ext.length
+        )
         secs = time.perf_counter() - t1
         log["sources"][name] = {"n": len(recs), "seconds": secs}
         print(name, len(recs), f"{secs:.1f}s", flush=True)
@@ -80,10 +87,17 @@ def main() -> None:
             cols["sinks"].append(r.sink_topk.reshape(nl * nh, -1)[:, :3].astype(np.float16))
             cols["hidden"].append(r.hidden_pooled.astype(np.float16))
     args.out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out / "meta.npz", id=np.array(cols["id"]), source=np.array(cols["source"]),
-                        answer_len=np.array(cols["answer_len"]), prompt_len=np.array(cols["prompt_len"]),
-                        logit=np.stack(cols["logit"]), induction=ind, top_heads=np.array(top),
-                        head_stats=np.array(HEAD_STATS))
+    np.savez_compressed(
+        args.out / "meta.npz",
+        id=np.array(cols["id"]),
+        source=np.array(cols["source"]),
+        answer_len=np.array(cols["answer_len"]),
+        prompt_len=np.array(cols["prompt_len"]),
+        logit=np.stack(cols["logit"]),
+        induction=ind,
+        top_heads=np.array(top),
+        head_stats=np.array(HEAD_STATS),
+    )
     for k in ("heads", "lookback", "sinks", "hidden"):
         np.savez_compressed(args.out / f"{k}.npz", x=np.stack(cols[k]))
     log["total_seconds"] = time.perf_counter() - t0

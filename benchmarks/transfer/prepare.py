@@ -60,7 +60,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" / "data")
+    ap.add_argument(
+        "--root", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    )
     ap.add_argument("--cap", type=int, default=500)
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)

@@ -66,7 +66,8 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
     "halluprobe": (
         "Features, published detectors, probe training and evaluation (CLI `halluprobe`).",
         [
-            ("Saved detectors", ["Detector", "Prediction"]),
+            ("Saved detectors", ["Detector", "Prediction", "PredictedSpan", "load"]),
+            ("A general detector from several sources", ["train_general", "fit_general", "GeneralFit"]),
             (
                 "Extraction",
                 [
@@ -76,6 +77,7 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
                     "reduce_forward",
                     "ExampleRecord",
                     "FeatureCache",
+                    "fill_grounding",
                 ],
             ),
             ("Data-parallel extraction", ["World", "init_world", "shard_batches"]),
@@ -92,7 +94,7 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
                     "induction_scores",
                 ],
             ),
-            ("Feature blocks", ["A7Block", "A64Block", "H64Block", "L9Block"]),
+            ("Feature blocks", ["GBlock", "A7Block", "A64Block", "H64Block", "L9Block"]),
             (
                 "Published detectors",
                 ["LookbackLens", "SinkProbe", "LLMCheckAttention", "INTRYGUE", "RAUQ", "TOHA", "mtopdiv"],

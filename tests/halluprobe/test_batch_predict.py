@@ -4,6 +4,7 @@ A tiny random Llama with a character tokenizer stands in for the proxy (real ``r
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -56,7 +57,12 @@ def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
         np.testing.assert_allclose(got.token_scores, one.token_scores, atol=1e-5)
         assert got.tokens == list(a) and got.label == int(got.probability >= got.threshold)
         flagged = {i for i, s in enumerate(got.token_scores) if s >= got.threshold}
-        assert {i for sp in got.spans for i in range(sp.start, sp.end)} == flagged  # one char per token
+        if not got.label:  # spans agree with the verdict: none on a supported answer
+            assert got.spans == ()
+        elif flagged:
+            assert {i for sp in got.spans for i in range(sp.start, sp.end)} == flagged  # one char per token
+            for sp in got.spans:  # the mean per-token probability of the span's tokens
+                assert sp.confidence == pytest.approx(float(np.mean(got.token_scores[sp.start : sp.end])))
     with pytest.raises(ValueError, match="item 1: the answer is empty"):
         detector.predict_batch([TRIPLES[0], ("c", "q", " ")])
     with pytest.raises(ValueError, match="item 0: expected a"):
@@ -76,7 +82,8 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     # a neighbourhood view, smoothing and gap merging, all saved with the detector
     probe = fit_token_probe(examples[:6], examples[6:], windows=(2,), smooths=(1,), gaps=(2,))
     assert (probe.window, probe.smooth, probe.gap) == (2, 1, 2)
-    Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    flag_all = replace(detector.fit, threshold=0.0)  # every answer hallucinated: its spans are reported
+    Detector(flag_all, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
     for field in ("mean", "scale", "coef"):
         np.testing.assert_array_equal(getattr(loaded.token_probe, field), getattr(probe, field))
@@ -85,12 +92,15 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
+    feats = token_features(fs1, 0, rec.answer_len)
     want = probe.spans(
-        token_features(fs1, 0, rec.answer_len),
-        token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]),
-        len(TRIPLES[0][2]),
+        feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
-    assert pred.spans == want
+    assert pred.label == 1 and want
+    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
+    token_p = 1 / (1 + np.exp(-probe.decision_function(feats)))  # one character per token
+    for sp in pred.spans:
+        assert sp.confidence == pytest.approx(float(token_p[sp.start : sp.end].mean()))
     assert Detector.load(tmp_path / "d").token_probe is not None
     detector.save(tmp_path / "plain")
     assert Detector.load(tmp_path / "plain").token_probe is None
@@ -127,6 +137,10 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
     for d, w, (_, _, a) in zip(docs, want, sent, strict=True):
         assert d["probability"] == pytest.approx(w.probability, abs=1e-5) and d["label"] in (0, 1)
         assert all(a[s["start"] : s["end"]] == s["text"] for s in d["spans"])
+        assert [(s["start"], s["end"], s["confidence"]) for s in d["spans"]] == [
+            (sp.start, sp.end, pytest.approx(sp.confidence, abs=1e-5)) for sp in w.spans
+        ]
+        assert d["label"] or not d["spans"]
     argv = [
         "predict",
         str(tmp_path / "d"),
@@ -296,7 +310,7 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     ]  # fmt: skip
     probe = fit_token_probe(examples[:6], examples[6:], windows=(0,), view="mean+hidden")
     assert probe.view == "mean+hidden"
-    Detector(detector.fit, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    Detector(replace(detector.fit, threshold=0.0), None, None, ext.hidden_layers, probe).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
     assert loaded.token_probe.view == "mean+hidden"
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
@@ -306,7 +320,7 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     want = probe.spans(
         feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
-    assert pred.spans == want
+    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
     # the probe refuses features of another view, naming the one it reads
     with pytest.raises(ValueError, match=r"reads \d+ features per token \(view 'mean\+hidden', window 0\)"):
         probe.decision_function(token_features(fs1, 0, rec.answer_len, "mean"))

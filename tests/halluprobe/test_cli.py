@@ -33,9 +33,10 @@ def test_help_of_every_command():
 
 def test_train_defaults_and_options():
     args = build_parser().parse_args(["train"])
-    assert args.dataset == "default" and args.out == "runs/default" and args.limit == "auto"
+    # --dataset may repeat (train --general); unset it means 'default', as --feature-sets DEFAULT_FEATURE_SETS
+    assert args.dataset is None and args.out == "runs/default" and args.limit == "auto"
     assert args.proxy is None and args.device == "auto" and args.layers is None
-    assert "A7H64" in args.feature_sets.split(",")
+    assert args.feature_sets is None and not args.general and args.cache is None
     assert args.token_view == "mean+hidden" and not args.token_probe
     assert build_parser().parse_args(["train", "--token-view", "heads"]).token_view == "heads"
     with pytest.raises(SystemExit) as exc:  # not a view: argparse's usage error
@@ -45,7 +46,7 @@ def test_train_defaults_and_options():
         ["train", "--dataset", "x.jsonl", "--proxy", "p", "--feature-sets", "A7,ALL", "--device", "cpu",
          "--out", "o", "--limit", "10", "--layers", "0-2,5"]
     )  # fmt: skip
-    assert (args.dataset, args.proxy, args.limit, args.out) == ("x.jsonl", "p", "10", "o")
+    assert (args.dataset, args.proxy, args.limit, args.out) == (["x.jsonl"], "p", "10", "o")
     args = build_parser().parse_args(["predict", "d", "--input", "a.jsonl", "--json", "--batch-size", "4"])
     assert (str(args.input), args.json, args.batch_size, args.context) == ("a.jsonl", True, 4, None)
     assert main(["predict", "d", "--device", "cpu"]) == 2  # neither --context/--answer nor --input

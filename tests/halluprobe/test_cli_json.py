@@ -32,6 +32,8 @@ def test_train_evaluate_extract_and_select_print_their_documented_json(char_prox
     ((name, res),) = doc["methods"].items()
     assert name == "L9" and res["n"] == 8 and res["f1_ci"][0] <= res["f1"] <= res["f1_ci"][1]
     assert res["auroc"] == methods["L9"]["auroc"]  # the same records, from the run's cache
+    assert doc["floors"]["overlap floor"]["auroc"] == methods["overlap floor"]["auroc"]  # the same test split
+    assert doc["best_floor"]["auroc"] == max(f["auroc"] for f in doc["floors"].values())
 
     doc, _ = _json(["predict", doc["detector"], "--context", "Ada lives in Lyon.", "--answer", "In Rome.",
                     "--tokens", "--device", "cpu"], capsys)  # fmt: skip

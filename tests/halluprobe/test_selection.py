@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
+from halluprobe import DegenerateFitWarning
 from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, L9Block
 from halluprobe.blocks._selection import Selection, cv_auroc, forward_select, select_a7, select_l9
 from halluprobe.features import HEAD_STATS, POOLS
@@ -103,10 +104,11 @@ def test_a_selection_made_once_is_reused_unchanged_on_another_dataset(record_fac
     a7 = select_a7(recs_a, y_a, groups_a, list(range(8)), n_features=2, ks=(1, 2))
     recs_b = _records(record_factory, 40, seed=20)
     y_b = np.arange(40) % 2
-    fits = train_feature_sets(
-        ["A7L9"], list(range(8)), recs_b[:30], y_b[:30], [f"b{i}" for i in range(30)], recs_b[30:], y_b[30:],
-        a7_features=a7.features, l9_features=l9.features,
-    )  # fmt: skip
+    with pytest.warns(DegenerateFitWarning, match="fewer than 10"):  # 10 validation answers: a tiny fit
+        fits = train_feature_sets(
+            ["A7L9"], list(range(8)), recs_b[:30], y_b[:30], [f"b{i}" for i in range(30)], recs_b[30:],
+            y_b[30:], a7_features=a7.features, l9_features=l9.features,
+        )  # fmt: skip
     a7_block, l9_block = fits["A7L9"].blocks
     assert tuple(a7_block.config["features"]) == a7.features
     assert tuple(l9_block.config["features"]) == l9.features

@@ -256,3 +256,29 @@ def test_stream_refuses_a_context_longer_than_the_proxys_positions(detector, mon
         list(scorer.generate("a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3))
     with pytest.raises(ValueError, match="temperature"):
         list(scorer.generate("a", do_sample=True, temperature=float("nan")))
+
+
+def test_streaming_a_grounding_detector_ends_at_its_prediction(detector):
+    """A detector with the grounding block G streams too: the last update is its teacher-forced predict."""
+    from halluprobe import fill_grounding
+
+    ext = detector.extractor()
+    rng = np.random.default_rng(11)
+    exs = [_Ex(f"g{i}", _text(rng, 12), _text(rng, 3), _text(rng, 5)) for i in range(32)]
+    recs = []
+    for i in range(0, 32, 8):
+        batch = exs[i : i + 8]
+        recs += fill_grounding(
+            reduce_forward(ext.forward([ext.encode(e) for e in batch]), [e.id for e in batch]), batch
+        )
+    y = np.arange(32) % 2
+    fit = fit_blocks(make_blocks("GL9", heads=[0], k=1), "GL9", recs[:20], y[:20], recs[20:], y[20:])
+    det = Detector(fit, None, None, ext.hidden_layers)
+    det._extractor = ext
+    context, question, answer = _text(rng, 14), _text(rng, 3), _text(rng, 6)
+    follower = StreamingScorer(det).follow(context, question)
+    updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
+    updates.append(follower.finish())
+    final = det.predict(context, question, answer)
+    assert updates[-1].probability == pytest.approx(final.probability, abs=PROB_TOL)
+    assert follower.prediction().probability == pytest.approx(final.probability, abs=PROB_TOL)

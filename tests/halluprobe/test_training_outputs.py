@@ -4,7 +4,9 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
+from halluprobe import DegenerateFitWarning
 from halluprobe.training import fit_published, run_training
 from halubench_data import build_default
 
@@ -25,14 +27,24 @@ def _records(ds, make_record, seed=0):
 def test_train_writes_results_json_matching_the_report(tmp_path, record_factory, char_llama):
     ds = build_default(n_contexts=12)
     ext = SimpleNamespace(model=char_llama, layers=None, hidden_layers=(0,))
-    table = run_training(ds, _records(ds, record_factory), ext, ["A7", "L9", "A7L9"], tmp_path, proxy=None)
+    with pytest.warns(DegenerateFitWarning, match="fewer than 10 examples"):  # 12 contexts: a tiny fit
+        table = run_training(
+            ds, _records(ds, record_factory), ext, ["A7", "L9", "A7L9"], tmp_path, proxy=None
+        )
     doc = json.loads((tmp_path / "results.json").read_text())
     methods = doc["datasets"]["default"]["methods"]
     assert list(methods)[:3] == ["A7", "L9", "A7L9"]
     assert {"LookbackLens", "RAUQ", "text-only length", "text-only tfidf"} <= set(methods)
-    assert {m["kind"] for m in methods.values()} == {"probe", "detector", "text-only"}
+    assert {m["kind"] for m in methods.values()} == {"probe", "detector", "text-only", "floor"}
+    assert methods["overlap floor"]["kind"] == methods["grounding floor"]["kind"] == "floor"
+    best = doc["best_floor"]
+    assert best["auroc"] == max(methods[f]["auroc"] for f in ("overlap floor", "grounding floor"))
+    assert "Δ floor" in table.splitlines()[0]
     for name, m in methods.items():
-        assert f"| {name} | {m['f1']:.3f} " in table
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} | {m['f1']:.3f} "))
+        assert row.split(" | ")[3] == f"{m['auroc'] - best['auroc']:+.3f}"
+    report = (tmp_path / "report.md").read_text()
+    assert "## Calibration" in report and (tmp_path / "reliability.png").stat().st_size > 0
     (test,) = doc["paired_tests"]
     assert (test["a"], test["b"], test["metric"], test["p_holm"]) == ("L9", "A7L9", "f1", test["p"])
     assert doc["selection"]["A7L9"]["K"] >= 1 and (tmp_path / "results.md").exists()
@@ -72,8 +84,9 @@ def _train_with_tokens(tmp_path, record_factory, char_llama, seed: int, **token_
         "validation": _token_split(rng, 20),
         "test": _token_split(rng, 20),
     }
-    run_training(ds, _records(ds, record_factory), ext, ["L9"], tmp_path, proxy=None, published=False,
-                 token_examples=tokens, **token_args)  # fmt: skip
+    with pytest.warns(DegenerateFitWarning, match="fewer than 10 examples"):  # 12 contexts: a tiny fit
+        run_training(ds, _records(ds, record_factory), ext, ["L9"], tmp_path, proxy=None, published=False,
+                     token_examples=tokens, **token_args)  # fmt: skip
     return tokens, json.loads((tmp_path / "results.json").read_text())["localisation"]
 
 

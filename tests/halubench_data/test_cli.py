@@ -91,7 +91,11 @@ def test_every_command_prints_its_documented_json(tmp_path, capsys):
     n_test = sum(c["n"] for c in stats["counts"] if c["split"] == "test")
     assert main(["baselines", str(out), "--n-bootstrap", "50", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert set(res) == set(JSON_BASELINES) and set(res["methods"]) == {"length", "tfidf"}
+    assert set(res) == set(JSON_BASELINES)
+    assert set(res["methods"]) == {"length", "tfidf", "overlap floor", "grounding floor"}
+    assert res["best_floor"]["auroc"] == max(
+        res["methods"][f]["auroc"] for f in ("overlap floor", "grounding floor")
+    )
     tfidf = res["methods"]["tfidf"]
     assert tfidf["n"] == n_test and tfidf["n_bootstrap"] == 50 and 0 <= tfidf["auroc"] <= 1
 

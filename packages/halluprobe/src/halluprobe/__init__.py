@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         StreamUpdate,
         mtopdiv,
     )
+    from halluprobe.detectors._default import load
     from halluprobe.features import (
         ExampleRecord,
         FeatureCache,
@@ -52,7 +53,11 @@ if TYPE_CHECKING:
         reduce_forward,
         shard_batches,
     )
+    from halluprobe.features._grounding import fill_grounding
+    from halluprobe.localisation._verdict_spans import PredictedSpan
     from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
+    from halluprobe.training._calibration import Calibrator, DegenerateFitWarning
+    from halluprobe.training._general import GeneralFit, fit_general, train_general
 
 __version__ = "0.1.0"
 
@@ -64,7 +69,16 @@ _EXPORTS = {
     "A64Block": "blocks",
     "H64Block": "blocks",
     "L9Block": "blocks",
+    "GBlock": "blocks",
     "parse_feature_set": "blocks",
+    "Calibrator": "training._calibration",
+    "DegenerateFitWarning": "training._calibration",
+    "GeneralFit": "training._general",
+    "fit_general": "training._general",
+    "train_general": "training._general",
+    "load": "detectors._default",
+    "fill_grounding": "features._grounding",
+    "PredictedSpan": "localisation._verdict_spans",
     "FeatureCache": "features",
     "Detector": "detectors",
     "Prediction": "detectors",
@@ -102,15 +116,20 @@ _EXPORTS = {
 __all__ = [
     "A64Block",
     "A7Block",
+    "Calibrator",
+    "DegenerateFitWarning",
     "Detector",
     "ExampleRecord",
     "FeatureCache",
+    "GBlock",
+    "GeneralFit",
     "H64Block",
     "INTRYGUE",
     "L9Block",
     "LLMCheckAttention",
     "LookbackLens",
     "LookbackLensHeads",
+    "PredictedSpan",
     "Prediction",
     "ProbeFit",
     "ProxyExtractor",
@@ -123,9 +142,12 @@ __all__ = [
     "TOHA",
     "World",
     "extract_records",
+    "fill_grounding",
     "fit_blocks",
+    "fit_general",
     "induction_scores",
     "init_world",
+    "load",
     "mtopdiv",
     "parse_feature_set",
     "plan_batches",
@@ -137,6 +159,7 @@ __all__ = [
     "select_sink_count",
     "shard_batches",
     "train_feature_sets",
+    "train_general",
 ]
 
 

@@ -21,6 +21,24 @@ from .builders import (
 from .dataset import Dataset, Drop, LoadReport, concat
 from .default import build_default
 from .files import atomic_path, atomic_write_bytes, atomic_write_text
+from .floors import (
+    FLOORS,
+    GroundingFloor,
+    best_floor,
+    floor_results,
+    floor_scores,
+    grounding_matrix,
+    overlap_scores,
+)
+from .grounding import (
+    GROUNDING_FEATURES,
+    STOP_WORDS,
+    AnswerWord,
+    answer_words,
+    grounding_features,
+    overlap_score,
+    unsupported_char_spans,
+)
 from .io import RecordError, example_from_dict, example_to_dict, read_jsonl, write_jsonl
 from .leakage import (
     UnionFind,
@@ -55,6 +73,20 @@ from .weights import WeightsNotFoundError, smollm2_gguf
 __version__ = "0.1.0"
 
 __all__ = [
+    "FLOORS",
+    "GroundingFloor",
+    "best_floor",
+    "floor_results",
+    "floor_scores",
+    "grounding_matrix",
+    "overlap_scores",
+    "GROUNDING_FEATURES",
+    "STOP_WORDS",
+    "AnswerWord",
+    "answer_words",
+    "grounding_features",
+    "overlap_score",
+    "unsupported_char_spans",
     "FieldMap",
     "build_claims",
     "build_faithbench",

@@ -40,9 +40,11 @@ JSON_STATS = {
 JSON_BASELINES = {
     "dataset": "the dataset's name",
     "split": "the evaluated split: test",
-    "methods": "{length, tfidf} -> {f1, auroc, precision, recall, threshold, n, n_positive, n_groups, "
-    "f1_ci, auroc_ci, precision_ci, recall_ci, n_bootstrap, confidence} (halubench_data.EvalResult; "
-    "NaN as null)",
+    "methods": "{length, tfidf, overlap floor, grounding floor} -> {f1, auroc, precision, recall, threshold, "
+    "n, n_positive, n_groups, f1_ci, auroc_ci, precision_ci, recall_ci, n_bootstrap, confidence} "
+    "(halubench_data.EvalResult; NaN as null)",
+    "best_floor": "{method, auroc} of the grounding floor with the higher test AUROC (the Δ floor column), "
+    "or null",
 }
 
 
@@ -79,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="print counts per source, label and split of a dataset")
     _add_spec(s)
     clikit.add_json_arg(s, JSON_STATS)
-    t = sub.add_parser("baselines", help="answer-only baselines (length, TF-IDF) on a dataset's test split")
+    t = sub.add_parser(
+        "baselines", help="text-only baselines (answer length, answer TF-IDF) and grounding floors (context "
+        "overlap, grounding regression) on a dataset's test split",
+    )  # fmt: skip
     _add_spec(t)
     t.add_argument(
         "--n-bootstrap", type=int, default=10_000, help="group-bootstrap resamples (default 10000)"
@@ -214,15 +219,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
-    """``halubench-data baselines``: answer-only baselines on the test split."""
+    """``halubench-data baselines``: text-only baselines and grounding floors on the test split."""
     from .baselines import text_only_baselines
+    from .floors import best_floor, floor_results
     from .metrics import results_table
 
     if args.n_bootstrap < 1:
         raise clikit.UsageError(f"--n-bootstrap must be a positive integer, got {args.n_bootstrap}")
     ds = _load(_spec(args))
-    results = text_only_baselines(ds, n_bootstrap=args.n_bootstrap)
-    clikit.emit(lambda: results_table(results), {"dataset": ds.name, "split": "test", "methods": results})
+    results = {**text_only_baselines(ds, n_bootstrap=args.n_bootstrap),
+               **floor_results(ds, "test", n_bootstrap=args.n_bootstrap)}  # fmt: skip
+    best = best_floor({name: r.auroc for name, r in results.items()})
+    doc = {"dataset": ds.name, "split": "test", "methods": results,
+           "best_floor": None if best is None else {"method": best[0], "auroc": best[1]}}  # fmt: skip
+    clikit.emit(lambda: results_table(results, floor=None if best is None else best[1]), doc)
     return 0
 
 

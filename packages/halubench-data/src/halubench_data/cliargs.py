@@ -315,9 +315,23 @@ DATASET_HELP = (
 
 
 def add_dataset_arg(
-    parser: Any, *, default: str | None = "default", required: bool = False, help: str = DATASET_HELP
+    parser: Any,
+    *,
+    default: str | None = "default",
+    required: bool = False,
+    help: str = DATASET_HELP,
+    several: str | None = None,
 ) -> None:
-    """Add ``--dataset SPEC`` (default ``default``), read by `halubench_data.load`."""
+    """Add ``--dataset SPEC`` (default ``default``), read by `halubench_data.load`.
+
+    ``several``: the flag may repeat (a list of specs, None when absent); the text says when.
+    """
+    if several is not None:
+        parser.add_argument(
+            "--dataset", action="append", default=None, metavar="SPEC",
+            help=f"{help}; repeat it {several} (default: {default})",
+        )  # fmt: skip
+        return
     extra = f" (default: {default})" if default is not None else " (required)"
     parser.add_argument("--dataset", default=default, required=required, metavar="SPEC", help=help + extra)
 

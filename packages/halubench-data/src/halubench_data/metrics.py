@@ -403,17 +403,34 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines)
 
 
-def results_table(rows: Mapping[str, EvalResult] | Sequence[tuple[str, EvalResult]]) -> str:
-    """Markdown table of named ``EvalResult`` rows: F1 and AUROC with their intervals, P, R, n."""
+def results_table(
+    rows: Mapping[str, EvalResult] | Sequence[tuple[str, EvalResult]], *, floor: float | None = None
+) -> str:
+    """Markdown table of named ``EvalResult`` rows: F1 and AUROC with their intervals, P, R, n.
+
+    With ``floor`` (the best grounding floor's AUROC on the same examples,
+    `halubench_data.floors.best_floor`), a "Δ floor" column gives each row's AUROC minus it.
+    """
     items = list(rows.items()) if isinstance(rows, Mapping) else list(rows)
 
     def with_ci(v: float, ci: tuple[float, float]) -> str:
         return f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
     body = [
-        (name, with_ci(r.f1, r.f1_ci), with_ci(r.auroc, r.auroc_ci), r.precision, r.recall, r.threshold,
+        (name, with_ci(r.f1, r.f1_ci), with_ci(r.auroc, r.auroc_ci),
+         *(() if floor is None else (f"{r.auroc - floor:+.3f}",)), r.precision, r.recall, r.threshold,
          f"{r.n} ({r.n_groups})")
         for name, r in items
     ]  # fmt: skip
-    header = ("method", "F1 [95% CI]", "AUROC [95% CI]", "precision", "recall", "threshold", "n (groups)")
+    delta = () if floor is None else ("Δ floor",)
+    header = (
+        "method",
+        "F1 [95% CI]",
+        "AUROC [95% CI]",
+        *delta,
+        "precision",
+        "recall",
+        "threshold",
+        "n (groups)",
+    )
     return markdown_table(header, body)

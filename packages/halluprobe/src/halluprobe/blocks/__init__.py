@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         L9_SELECTION,
         A7Block,
         A64Block,
+        GBlock,
         H64Block,
         L9Block,
         Standardizer,
@@ -35,6 +36,7 @@ _EXPORTS = {
         "L9_SELECTION",
         "A7Block",
         "A64Block",
+        "GBlock",
         "H64Block",
         "L9Block",
         "Standardizer",
@@ -46,6 +48,7 @@ _EXPORTS = {
 
 __all__ = [
     "A64Block",
+    "GBlock",
     "A7Block",
     "A7_CANDIDATES",
     "A7_SELECTION",

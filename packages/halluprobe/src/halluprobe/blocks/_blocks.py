@@ -1,4 +1,4 @@
-"""Feature blocks A7, A64, H64 and L9 (paper Section 5.2), fitted on training records only.
+"""Feature blocks A7, A64, H64 and L9 (paper Section 5.2) and G (grounding), fitted on training records only.
 
 Every block maps a list of [`ExampleRecord`][halluprobe.ExampleRecord] to a ``[n, d]`` float64
 matrix. Blocks are scikit-learn transformers: their constructor arguments are their parameters
@@ -53,19 +53,24 @@ L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
 """The nine L9 features used by default, selected once by `halluprobe.blocks.select_l9` and
 frozen (``halluprobe/blocks/selections/l9.json``); never refit on a training split."""
 
-BLOCK_NAMES: tuple[str, ...] = ("A7", "A64", "H64", "L9")
-"""Block names in the canonical order of a feature set."""
+BLOCK_NAMES: tuple[str, ...] = ("G", "A7", "A64", "H64", "L9")
+"""Block names in the canonical order of a feature set (``G``, the text-only grounding block, first)."""
+
+PAPER_BLOCKS: tuple[str, ...] = ("A7", "A64", "H64", "L9")
+"""The paper's four blocks: what the feature set ``"ALL"`` names."""
 
 
 def parse_feature_set(name: str) -> tuple[str, ...]:
-    """Split a feature-set name such as ``"A7H64"`` or ``"ALL"`` into its blocks.
+    """Split a feature-set name such as ``"A7H64"``, ``"GA7L9"`` or ``"ALL"`` into its blocks.
+
+    ``"ALL"`` is the paper's four blocks (`PAPER_BLOCKS`), without ``G``.
 
     Raises:
         ValueError: The name is not a concatenation of distinct block names.
     """
     if name == "ALL":
-        return BLOCK_NAMES
-    parts = re.findall(r"A64|A7|H64|L9", name)
+        return PAPER_BLOCKS
+    parts = re.findall(r"A64|A7|H64|L9|G", name)
     if not parts or "".join(parts) != name or len(set(parts)) != len(parts):
         raise ValueError(
             f"feature set {name!r} is not a concatenation of distinct blocks {BLOCK_NAMES} or 'ALL'"
@@ -298,7 +303,56 @@ def l9_matrix(records: list[ExampleRecord], features) -> np.ndarray:
     return np.stack([r.logit_pooled[rows, cols] for r in records]).astype(np.float64)
 
 
-_BLOCKS = {c.name: c for c in (A7Block, A64Block, H64Block, L9Block)}
+class GBlock(Block):
+    """Text-only grounding features of the example (``ExampleRecord.grounding``), standardised on train.
+
+    Nothing is projected: the few features (`halluprobe.features._grounding.feature_names`) enter as they are,
+    centred and scaled with the training records' means and standard deviations.
+    Config: ``features`` (the grounding feature names the block was fitted on; `transform` refuses
+    records of another width, and a saved block whose names differ from this install's is refused on
+    load).
+    """
+
+    name = "G"
+
+    def __init__(self, features: tuple[str, ...] | None = None):
+        self.features = features
+
+    def _names(self) -> tuple[str, ...]:
+        from halluprobe.features._grounding import feature_names
+
+        return tuple(self.features) if self.features is not None else feature_names()
+
+    def _config(self):
+        return {"features": list(self._names())}
+
+    def _raw(self, records):
+        width = len(self._names())
+        bad = [r.id for r in records if r.grounding.shape != (width,)]
+        if bad:
+            raise ValueError(
+                f"feature block G reads {width} grounding features per record; records {bad[:3]} have "
+                "others (records extracted without grounding: fill them with "
+                "halluprobe.features._grounding.fill_grounding(records, examples))"
+            )
+        return (
+            np.stack([r.grounding for r in records]).astype(np.float64) if records else np.zeros((0, width))
+        )
+
+    def fit(self, records, y=None):
+        """Learn the grounding features' means and scales on training records."""
+        sc = Standardizer().fit(self._raw(records))
+        self.arrays = {"mean": sc.mean_, "scale": sc.scale_}
+        return self
+
+    def transform(self, records):
+        """``[n, G]``: the standardised grounding features."""
+        if not self.arrays:
+            raise ValueError("block G is not fitted")
+        return (self._raw(records) - self.arrays["mean"]) / self.arrays["scale"]
+
+
+_BLOCKS = {c.name: c for c in (GBlock, A7Block, A64Block, H64Block, L9Block)}
 
 
 def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Block:
@@ -309,8 +363,16 @@ def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> B
         raise ValueError(f"unknown feature block {name!r}; expected one of {sorted(_BLOCKS)}")
     if name == "L9" and "features" not in config:
         raise ValueError("this L9 block was refit per training split by an older halluprobe; retrain it")
-    if name in ("A7", "L9"):
+    if name in ("A7", "L9", "G"):
         config["features"] = tuple(config["features"])
+    if name == "G":
+        from halluprobe.features._grounding import feature_names
+
+        if config["features"] != feature_names():
+            raise ValueError(
+                f"this detector's G block reads the grounding features {list(config['features'])}; this "
+                f"install computes {list(feature_names())}: retrain the detector with this version"
+            )
     block = _BLOCKS[name](**config)
     block.arrays = {k: np.asarray(v) for k, v in arrays.items()}
     return block

@@ -16,9 +16,11 @@ from pathlib import Path
 from halubench_data import clikit
 
 from halluprobe.cli import _schemas as schemas
+from halluprobe.cli._general import add_general_args, check_general_flags
 from halluprobe.cli._inputs import check_detector_arg
 from halluprobe.cli._predict import cmd_predict
 from halluprobe.cli._stream import add_stream_parser, cmd_stream
+from halluprobe.cli._transfer import add_transfer_parser, cmd_transfer
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
 """Feature sets that ``halluprobe train`` fits when ``--feature-sets`` is not given."""
@@ -29,13 +31,13 @@ DEFAULT_TRAIN_LIMIT = clikit.AUTO_LIMIT
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
 
-def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True) -> None:
+def _add_data_args(p: argparse.ArgumentParser, *, proxy: bool = True, several: bool = False) -> None:
     """Dataset, device and batching options; ``proxy``: also --proxy, --layers and --graphs.
 
     ``evaluate`` has no proxy options: its saved detector fixes the proxy and layers and runs eager
-    batches, so they would only be refused.
+    batches, so they would only be refused. ``several``: ``--dataset`` may repeat (``train --general``).
     """
-    clikit.add_dataset_arg(p)
+    clikit.add_dataset_arg(p, several="with --general" if several else None)
     clikit.add_limit_arg(p)
     if proxy:
         p.add_argument(
@@ -76,15 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--toha", action="store_true", help="also materialise response blocks for TOHA (slower)")
     clikit.add_json_arg(p, schemas.EXTRACT)
     p = sub.add_parser("train", help="fit feature-set probes and detectors; write a report and detectors")
-    _add_data_args(p)
+    _add_data_args(p, several=True)
     clikit.add_out_arg(
         p, "the report, results.json and detectors/ (the feature cache in OUT/cache)", default=DEFAULT_OUT
     )
     p.add_argument(
         "--feature-sets",
-        default=",".join(DEFAULT_FEATURE_SETS),
-        help="comma-separated feature sets from A7, A64, H64, L9 (e.g. A7H64) or ALL "
-        f"(default {','.join(DEFAULT_FEATURE_SETS)})",
+        default=None,
+        help="comma-separated feature sets from the blocks G (text grounding), A7, A64, H64, L9 (e.g. A7H64, "
+        f"GA7L9) or ALL (the paper's four; default {','.join(DEFAULT_FEATURE_SETS)}; with --general the "
+        "candidates, default GA7L9,GH64,GA7H64,GA64H64,GA7H64L9,GA64H64L9)",
     )
     p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
     p.add_argument(
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{block.upper()} features from a `halluprobe select-{block}` JSON (default: the packaged "
             "selection, halluprobe/blocks/selections/" + f"{block}.json)",
         )  # fmt: skip
+    add_general_args(p)
     clikit.add_json_arg(p, schemas.TRAIN)
     for block, n, what in (("A7", 7, "attention"), ("L9", 9, "logit")):
         p = sub.add_parser(
@@ -150,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "predict", help="score one (context, question, answer) triple, or a JSONL file of them (--input)"
     )
-    p.add_argument("detector", help="folder of a saved detector")
+    p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", help="the context (with --answer; or use --input)")
     p.add_argument("--question", help="the question the answer replies to (default: none)")
     p.add_argument("--answer", help="the answer to check")
@@ -171,7 +175,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
+    add_transfer_parser(sub)
     return parser
+
+
+DETECTOR_HELP = (
+    "folder of a saved detector (default: the general detector packaged with halluprobe, or the folder "
+    "named by $HALLUPROBE_DETECTOR)"
+)
+"""Help of the optional detector argument of ``predict`` and ``stream``."""
+
+
+def load_detector(path: str | None):
+    """The detector of a ``predict`` / ``stream`` call; says on stderr which one when none was named."""
+    from halluprobe.detectors._default import default_path, load
+
+    det = load(path)
+    if path is None:
+        folder, how = default_path()
+        clikit.status(f"detector: {how} ({folder}, {det.fit.feature_set})")
+    return det
 
 
 MAX_LAYERS = 4096
@@ -359,13 +382,20 @@ def _token_examples(ds, ext, args) -> dict:
 
 def cmd_train(args) -> int:
     """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
-    from halluprobe.blocks._blocks import parse_feature_set
-    from halluprobe.features._distributed import close_world
-    from halluprobe.training._training import run_training
-
-    sets = [s.strip() for s in args.feature_sets.split(",") if s.strip()]
+    specs = check_general_flags(args)
+    text = ",".join(DEFAULT_FEATURE_SETS) if args.feature_sets is None else args.feature_sets
+    sets = [s.strip() for s in text.split(",") if s.strip()]
     if not sets:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
+    if args.general:
+        from halluprobe.blocks import parse_feature_set
+        from halluprobe.cli._general import cmd_train_general
+
+        for name in sets:
+            parse_feature_set(name)  # a bad name fails before the proxy runs
+        args.feature_sets = None if args.feature_sets is None else sets
+        return cmd_train_general(args, specs, _selections(args))
+    args.dataset = specs[0]
     if args.token_cv and not args.token_probe:
         raise clikit.UsageError("--token-cv applies to the token probe: add --token-probe")
     if args.token_cv == 1 or args.token_cv < 0:
@@ -388,20 +418,14 @@ def cmd_train(args) -> int:
         close_world(args.world)
     if not args.world.main:
         return 0
-    table = run_training(
-        ds,
-        records,
-        ext,
-        sets,
-        Path(args.out),
-        proxy=args.proxy,
-        published=not args.no_published,
-        toha=args.toha,
-        token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
-        token_view=args.token_view,
-        token_cv=args.token_cv,
-        **selections,
-    )
+    from halluprobe.training._calibration import degenerate_fit_lines
+
+    with degenerate_fit_lines("halluprobe train"):
+        table = run_training(
+            ds, records, ext, sets, Path(args.out), proxy=args.proxy, published=not args.no_published,
+            toha=args.toha, token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
+            token_view=args.token_view, token_cv=args.token_cv, **selections,
+        )  # fmt: skip
     out = Path(args.out)
     clikit.emit(
         f"{table}\nreport: {out / 'report.md'}",
@@ -491,9 +515,15 @@ def cmd_evaluate(args) -> int:
     )
     scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
+    from halubench_data.floors import best_floor, floor_results
+
+    floors = floor_results(ds, args.split)
+    best = best_floor({name: r.auroc for name, r in floors.items()})
     doc = {"dataset": ds.name, "split": args.split, "detector": str(args.detector),
-           "methods": {det.fit.feature_set: res}}  # fmt: skip
-    clikit.emit(lambda: results_table({f"{det.fit.feature_set} ({args.split})": res}), doc)
+           "methods": {det.fit.feature_set: res}, "floors": floors,
+           "best_floor": None if best is None else {"method": best[0], "auroc": best[1]}}  # fmt: skip
+    rows = {f"{det.fit.feature_set} ({args.split})": res, **floors}
+    clikit.emit(lambda: results_table(rows, floor=None if best is None else best[1]), doc)
     return 0
 
 
@@ -503,6 +533,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "transfer": cmd_transfer,
     "select-a7": cmd_select,
     "select-l9": cmd_select,
 }

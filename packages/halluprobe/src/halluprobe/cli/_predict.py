@@ -14,7 +14,13 @@ def _prediction_doc(pred, answer: str, item_id: str | None, tokens: bool) -> dic
     doc: dict[str, Any] = {"id": item_id}
     doc.update(probability=float(pred.probability), label=int(pred.label), threshold=float(pred.threshold))
     doc["spans"] = [
-        {"start": sp.start, "end": sp.end, "text": answer[sp.start : sp.end]} for sp in pred.spans
+        {
+            "start": sp.start,
+            "end": sp.end,
+            "text": answer[sp.start : sp.end],
+            "confidence": float(sp.confidence),
+        }
+        for sp in pred.spans
     ]
     pairs = zip(pred.tokens, pred.token_scores, strict=True)
     doc["tokens"] = [{"token": t, "score": float(x)} for t, x in pairs] if tokens else None
@@ -73,13 +79,15 @@ def cmd_predict(args) -> int:
         rows = read_rows(clikit.check_in_file(args.input, "--input"))
     else:
         rows = InputRows([None], [(args.context, args.question or "", args.answer)], [0])  # type: ignore[list-item]
-    check_detector_arg(args.detector)
-    from halluprobe.detectors._detector import Detector
+    if args.detector is not None:
+        check_detector_arg(args.detector)
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     clikit.quiet_transformers()
-    det = Detector.load(args.detector)
+    from halluprobe.cli._main import load_detector
+
+    det = load_detector(args.detector)
     bad = _over_length(det, device, rows, None if args.input is None else str(args.input))
     if args.input is None and bad:
         raise ValueError(bad[0])
@@ -108,7 +116,8 @@ def _print_prediction(args, item_id: str | None, answer: str, pred) -> None:
     head = "" if item_id is None else f"{item_id}: "
     print(head + schemas.verdict_line(pred.probability, pred.threshold, pred.label))
     if args.spans:
-        print("spans: " + (", ".join(repr(answer[sp.start : sp.end]) for sp in pred.spans) or "none"))
+        shown = (f"{answer[sp.start : sp.end]!r} ({sp.confidence:.2f})" for sp in pred.spans)
+        print("spans: " + (", ".join(shown) or "none"))
     if args.tokens:
         for tok, s in zip(pred.tokens, pred.token_scores, strict=True):
             print(f"{s:6.3f}  {tok!r}")

@@ -36,15 +36,20 @@ EVALUATE = {
     "split": "the scored split",
     "detector": "the detector folder",
     "methods": f"{{feature set}} -> {EVAL_RESULT}, at the detector's own threshold",
+    "floors": f"grounding floor -> {EVAL_RESULT} on the same examples (halubench_data.floor_results)",
+    "best_floor": "{method, auroc} of the floor with the highest AUROC (the Δ floor column), or null",
 }
 PREDICT = {
     "id": "the input line's 'id' (or its line number) with --input; null for --context/--answer",
     "probability": "p(hallucinated), in [0, 1]",
     "label": "1 = hallucinated (probability >= threshold), 0 = supported",
     "threshold": "the detector's threshold, chosen on validation F1",
-    "spans": "[{start, end, text}]: predicted hallucinated character spans of the answer (start and end "
-    "index its characters, text = answer[start:end]): from the detector's token probe when it has one, "
-    "else the tokens whose score reaches the threshold",
+    "spans": "[{start, end, text, confidence}]: predicted hallucinated character spans of the answer (start "
+    "and end index its characters, text = answer[start:end]), empty when label is 0: from the detector's "
+    "token probe when it has one, else the tokens whose score reaches the threshold, else (a hallucinated "
+    "answer with no such token) the characters the context does not support; confidence in [0, 1] is "
+    "the mean per-token probability of the span's tokens (the answer's probability for the text-only "
+    "spans)",
     "tokens": "with --tokens: [{token, score}] per answer token; else null",
     "error": "with --input, only on a line that was not scored (longer than the proxy's positions): "
     "FILE:LINE and the reason; that line has only id and error, and the command exits with status 2",

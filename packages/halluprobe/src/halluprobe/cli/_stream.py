@@ -16,7 +16,9 @@ def add_stream_parser(sub) -> None:
     p = sub.add_parser(
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
-    p.add_argument("detector", help="folder of a saved detector")
+    from halluprobe.cli import DETECTOR_HELP
+
+    p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", required=True, help="the context the answer must be supported by")
     p.add_argument("--question", default="", help="the question the answer replies to (default: none)")
     src = p.add_mutually_exclusive_group()
@@ -104,6 +106,9 @@ def _check_mode_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
+    from halluprobe.cli._main import load_detector
+    from halluprobe.detectors._streaming import StreamingScorer
+
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     _check_mode_flags(args)
@@ -117,14 +122,13 @@ def cmd_stream(args) -> int:
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         raise clikit.UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
     clikit.check_device_name(args.device)
-    check_detector_arg(args.detector)  # all checked before torch loads
-    from halluprobe.detectors._detector import Detector
-    from halluprobe.detectors._streaming import StreamingScorer
+    if args.detector is not None:
+        check_detector_arg(args.detector)  # all checked before torch loads
 
     clikit.quiet_transformers()
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
-    scorer = StreamingScorer(Detector.load(args.detector), device=device)
+    scorer = StreamingScorer(load_detector(args.detector), device=device)
     last = None
     for u in _updates(args, scorer):
         last = u

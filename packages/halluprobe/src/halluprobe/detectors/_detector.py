@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from halubench_data import Span
 from halubench_data.files import atomic_path, atomic_write_bytes
 
+from halluprobe import detector_file as dfile
 from halluprobe._numeric import sigmoid
-from halluprobe.blocks._blocks import Standardizer, block_from_state
-from halluprobe.detectors import _detector_file as dfile
+from halluprobe.blocks import Standardizer, block_from_state
 from halluprobe.features._cache import sha256_file
 from halluprobe.features._token_data import TOKEN_VIEWS
-from halluprobe.localisation._localisation import TokenProbe
+from halluprobe.localisation import TokenProbe
+from halluprobe.localisation._verdict_spans import PredictedSpan
 from halluprobe.training._protocol import ProbeFit
 
 if TYPE_CHECKING:
@@ -68,11 +68,14 @@ class Prediction:
     """``[A] float64``: per-answer-token probabilities; their logits average to the answer's logit."""
     tokens: list[str]
     """The ``A`` answer tokens as text."""
-    spans: tuple[Span, ...] = ()
-    """Character spans of the answer predicted hallucinated: from the detector's token probe when it has
-    one (tokens whose token-probe logit reaches its span threshold), else the tokens whose
-    ``token_scores`` reach ``threshold``; see `halluprobe.localisation.decode_spans`. Empty from
-    [`score_stats`][halluprobe.Detector.score_stats], which has no answer text."""
+    spans: tuple[PredictedSpan, ...] = ()
+    """Character spans of the answer predicted hallucinated, each with a ``confidence`` in ``[0, 1]``; empty
+    when ``label`` is 0 (spans agree with the verdict). From the detector's token probe when it has one
+    (tokens whose token-probe score reaches its span threshold), else the tokens whose ``token_scores``
+    reach ``threshold`` (`halluprobe.localisation.decode_spans`); for a hallucinated answer where no
+    token does, the characters the context does not support (text only). Confidences and the fallback:
+    `halluprobe.localisation`. Empty from [`score_stats`][halluprobe.Detector.score_stats], which has
+    no token offsets."""
 
 
 def _versions() -> dict[str, str]:
@@ -263,34 +266,64 @@ class Detector:
         out: list[Prediction | None] = [None] * len(items)
         for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
             fs = ext.forward([encoded[i] for i in idx])
-            records = reduce_forward(fs, [items[i].id for i in idx])
+            records = self._grounded(reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx])
             for b, (i, record) in enumerate(zip(idx, records, strict=True)):
-                out[i] = self._prediction(ext, fs, b, record, encoded[i], items[i].answer)
+                it = items[i]
+                out[i] = self._prediction(
+                    ext, fs, b, record, encoded[i], (it.context, it.question, it.answer)
+                )
         return [p for p in out if p is not None]
 
-    def score_stats(self, fs: ForwardStats, tokens: list[str]) -> Prediction:
+    def score_stats(
+        self, fs: ForwardStats, tokens: list[str], text: tuple[str, str, str] | None = None
+    ) -> Prediction:
         """Score the statistics of one answer (batch of 1) from any recording path.
 
         [`predict`][halluprobe.Detector.predict] reads them from one teacher-forced forward; the
         streaming scorer ([`halluprobe.StreamingScorer`][]) from a
-        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics give equal predictions
-        (without the answer's text there are no character spans).
+        [`flashstats_hf.CachedRecorder`][] after each chunk. Equal statistics (and text) give equal
+        predictions (without token offsets there are no character spans).
 
         Args:
             fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
                 layers, hidden layers, logits and the default request.
             tokens: The answer tokens as text (for display).
+            text: ``(context, question, answer)`` of the statistics: needed by a detector with a
+                grounding block ``G`` (`uses_grounding`), ignored otherwise.
 
         Returns:
             A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
+
+        Raises:
+            ValueError: the detector reads grounding features and ``text`` is None.
         """
         from halluprobe.features._records import reduce_forward
 
-        (record,) = reduce_forward(fs, ["query"])
-        prob, token_probs = self._scores(fs, 0, record)
+        records = reduce_forward(fs, ["query"])
+        if self.uses_grounding:
+            if text is None:
+                raise ValueError(
+                    f"detector {self.source or self.fit.feature_set} reads text grounding features (block "
+                    "G): score_stats needs text=(context, question, answer)"
+                )
+            records = self._grounded(records, [_Triple("query", *text)])
+        prob, token_probs = self._scores(fs, 0, records[0])
         return Prediction(
             prob, int(prob >= self.fit.threshold), self.fit.threshold, token_probs, list(tokens)
         )
+
+    @property
+    def uses_grounding(self) -> bool:
+        """Whether the probe reads the text-only grounding block ``G`` (so scoring needs the text)."""
+        return any(b.name == "G" for b in self.fit.blocks)
+
+    def _grounded(self, records: list[ExampleRecord], items: Sequence[Any]) -> list[ExampleRecord]:
+        """``records`` with their grounding features when the detector reads them (else as they are)."""
+        if not self.uses_grounding:
+            return records
+        from halluprobe.features._grounding import fill_grounding
+
+        return fill_grounding(records, items)
 
     def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
         """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
@@ -301,26 +334,34 @@ class Detector:
 
     def _prediction(
         self, ext: ProxyExtractor, fs: ForwardStats, b: int, record: ExampleRecord,
-        encoded: tuple[list[int], int], answer: str,
+        encoded: tuple[list[int], int], text: tuple[str, str, str],
     ) -> Prediction:  # fmt: skip
+        answer = text[2]
         from halluprobe.features._token_data import token_features, token_offsets
-        from halluprobe.localisation._localisation import decode_spans
+        from halluprobe.localisation import decode_spans
+        from halluprobe.localisation._verdict_spans import token_probe_probs, verdict_spans
 
         ids, start = encoded
         prob, token_probs = self._scores(fs, b, record)
+        label = int(prob >= self.fit.threshold)
         offsets = token_offsets(ext.tokenizer, answer, ids[start:])
         if self.token_probe is not None:
             feats = token_features(fs, b, record.answer_len, self.token_probe.view)
-            spans = self.token_probe.spans(feats, offsets, len(answer))
+            logits = self.token_probe.decision_function(feats)
+            spans = decode_spans(
+                offsets, logits, self.token_probe.threshold, len(answer), self.token_probe.gap
+            )
+            span_probs = token_probe_probs(logits)
         else:
             spans = decode_spans(offsets, token_probs, self.fit.threshold, len(answer))
+            span_probs = token_probs
         return Prediction(
             probability=prob,
-            label=int(prob >= self.fit.threshold),
+            label=label,
             threshold=self.fit.threshold,
             token_scores=token_probs,
             tokens=[ext.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids[start:]],
-            spans=spans,
+            spans=verdict_spans(label, spans, offsets, span_probs, text, prob),
         )
 
 

@@ -201,6 +201,15 @@ def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: s
         if arrays:
             raise ValueError(f"{where}: block {name} fits nothing, yet tensors {sorted(arrays)} are stored")
         return len(config.get("features", ()))
+    if name == "G":  # standardised grounding features, nothing projected
+        width = len(config.get("features", ()))
+        for key in ("mean", "scale"):
+            if key not in arrays:
+                raise ValueError(f"{where}: block G lacks tensor {key!r}")
+            _expect(f"G.{key}", arrays[key], (width,), where)
+        if (arrays["scale"] <= 0).any():
+            raise ValueError(f"{where}: block G has a zero or negative scale (a division by zero)")
+        return width
     missing = {"mean", "scale", "center", "components"} - set(arrays)
     if missing:
         raise ValueError(f"{where}: block {name} lacks tensors {sorted(missing)}")

@@ -69,19 +69,32 @@ class StreamingScorer:
             hidden_layers=ext.hidden_layers,
         )  # fmt: skip
 
-    def _update(self, rec, ids: list[int], new: int, done: bool = False) -> StreamUpdate:
+    def _update(
+        self,
+        rec,
+        ids: list[int],
+        new: int,
+        done: bool = False,
+        *,
+        prompt: tuple[str, str],
+        answer: str | None = None,
+    ) -> StreamUpdate:
+        """The update after ``new`` tokens; ``answer``: the text so far (default: ``ids`` decoded)."""
         tok = self.detector.extractor(self.device).tokenizer
         fresh = ids[len(ids) - new :]
+        if answer is None:
+            answer = tok.decode(ids, clean_up_tokenization_spaces=False)
         pred = self.detector.score_stats(
-            rec.stats(), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh]
-        )
+            rec.stats(), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh],
+            text=(*prompt, answer),
+        )  # fmt: skip
         return StreamUpdate(
             token_ids=fresh, tokens=pred.tokens, token_scores=pred.token_scores[len(ids) - new :],
             probability=pred.probability, label=pred.label, answer_tokens=len(ids), done=done,
         )  # fmt: skip
 
     def follow(self, context: str, question: str = "") -> Follower:
-        """A [`Follower`][halluprobe.detectors._streaming.Follower] that reads another model's answer as it arrives.
+        """A [`Follower`][halluprobe.detectors.Follower] that reads another model's answer as it arrives.
 
         The prompt (context and question in the proxy's chat template) is read at once.
         """
@@ -132,13 +145,13 @@ class StreamingScorer:
                 nxt = int(scores.argmax())
             if nxt in stop:  # the answer ended before max_new_tokens: a closing update
                 if ids:
-                    yield self._update(rec, ids, 0, done=True)
+                    yield self._update(rec, ids, 0, done=True, prompt=(context, question))
                 return
             ext.check_length(len(prompt) + len(ids) + 1, "the context and generated answer")
             with rec:
                 logits = rec.feed(torch.tensor([[nxt]], device=dev))
             ids.append(nxt)
-            yield self._update(rec, ids, 1, done=step == max_new_tokens - 1)
+            yield self._update(rec, ids, 1, done=step == max_new_tokens - 1, prompt=(context, question))
 
 
 def _stop_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
@@ -162,7 +175,7 @@ class Follower:
     """Follows an answer that arrives as text chunks (made by `StreamingScorer.follow`).
 
     The answer so far is tokenised as [`flashstats_hf.format_example`][] tokenises a whole answer;
-    its last token is held back until more text (or [`finish`][halluprobe.detectors._streaming.Follower.finish])
+    its last token is held back until more text (or [`finish`][halluprobe.detectors.Follower.finish])
     shows where it ends, so the tokens read are exactly those of the finished answer.
     """
 
@@ -208,7 +221,10 @@ class Follower:
             self.fed += new
         if not self.fed:
             return None
-        return self.scorer._update(self.rec, self.fed, len(new), done=done)
+        return self.scorer._update(
+            self.rec, self.fed, len(new), done=done, prompt=(self.context, self.question),
+            answer=self.text if done else None,
+        )  # fmt: skip
 
     @torch.no_grad()
     def add(self, text: str) -> StreamUpdate | None:
@@ -234,7 +250,10 @@ class Follower:
     def prediction(self) -> Prediction:
         """The [`Prediction`][halluprobe.Prediction] of the answer read so far (scores of all its tokens)."""
         tokens = [self.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in self.fed]
-        return self.scorer.detector.score_stats(self.rec.stats(), tokens)
+        answer = self.tokenizer.decode(self.fed, clean_up_tokenization_spaces=False)
+        return self.scorer.detector.score_stats(
+            self.rec.stats(), tokens, text=(self.context, self.question, answer)
+        )
 
     @property
     def answer_ids(self) -> list[int]:

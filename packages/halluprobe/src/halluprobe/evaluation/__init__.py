@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     )
     from halluprobe.evaluation._suite import DatasetRun, evaluate_dataset, localisation_runs
     from halluprobe.evaluation._tables import write_outputs
+    from halluprobe.evaluation._transfer import leave_one_source_out
+    from halluprobe.evaluation._transfer_table import TransferRow, TransferSummary, TransferTable
 
 _EXPORTS = {
     "_evaluation": (
@@ -40,6 +42,8 @@ _EXPORTS = {
     ),
     "_suite": ("DatasetRun", "evaluate_dataset", "localisation_runs"),
     "_tables": ("write_outputs",),
+    "_transfer": ("leave_one_source_out",),
+    "_transfer_table": ("TransferRow", "TransferSummary", "TransferTable"),
 }
 
 __all__ = [
@@ -48,9 +52,13 @@ __all__ = [
     "MethodScores",
     "PairedTest",
     "TransferResult",
+    "TransferRow",
+    "TransferSummary",
+    "TransferTable",
     "evaluate_dataset",
     "evaluate_methods",
     "holm_families",
+    "leave_one_source_out",
     "localisation_runs",
     "paired_test",
     "results_document",

@@ -30,11 +30,14 @@ from halubench_data.metrics import (
     select_threshold,
 )
 
+from halluprobe.evaluation._transfer_table import TransferTable
+
 __all__ = [
     "DatasetEvaluation",
     "MethodScores",
     "PairedTest",
     "TransferResult",
+    "TransferTable",
     "evaluate_methods",
     "holm_families",
     "paired_test",
@@ -43,7 +46,7 @@ __all__ = [
     "write_results",
 ]
 
-Kind = Literal["probe", "detector", "judge", "text-only"]
+Kind = Literal["probe", "detector", "judge", "text-only", "floor"]
 Metric = Literal["f1", "auroc", "precision", "recall"]
 
 
@@ -54,7 +57,8 @@ class MethodScores:
     name: str
     """Row name, e.g. ``"A64H64"``, ``"LookbackLens"``, ``"text-only TF-IDF"``."""
     kind: Kind
-    """``probe`` (a feature-set probe), ``detector`` (a published one), ``judge`` or ``text-only``."""
+    """``probe`` (a feature-set probe), ``detector`` (a published one), ``judge``, ``text-only`` or
+    ``floor`` (a grounding floor, `halubench_data.floors`)."""
     validation: np.ndarray
     """``[N_val] float64``: validation scores (higher = more likely hallucinated)."""
     test: np.ndarray

@@ -94,17 +94,21 @@ def plot_curves(out: Path, test_scores: dict[str, np.ndarray], y: np.ndarray, pr
     return list(figs)
 
 
-def write_report(out: Path, table: str, test_scores, y, fits, tests, dataset_name: str) -> Path:
+def write_report(
+    out: Path, table: str, test_scores, y, fits, tests, dataset_name: str, extra_sections: str = ""
+) -> Path:
     """Write ``out/report.md`` (results table, selections, addition tests, plots); returns its path.
 
-    ``tests`` are `halluprobe.evaluation.PairedTest` with ``p_holm`` set.
+    ``tests`` are `halluprobe.evaluation.PairedTest` with ``p_holm`` set; ``extra_sections`` is
+    Markdown placed before the curves (the calibration section).
     """
     plot_curves(out, test_scores, np.asarray(y))
     lines = [
         f"# halluprobe report: {dataset_name}",
         "",
         "Test F1 at the validation-F1 threshold and test AUROC, with 95% group-bootstrap intervals.",
-        "Scores: higher means more likely hallucinated.",
+        "Scores: higher means more likely hallucinated. Δ floor: test AUROC minus the best grounding",
+        "floor's (the zero-fit context overlap or the fitted text-only grounding regression).",
         "",
         table,
         "",
@@ -127,6 +131,7 @@ def write_report(out: Path, table: str, test_scores, y, fits, tests, dataset_nam
         for t in tests:
             ci = f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
             lines.append(f"| {t.a} -> {t.b} | {t.delta:+.3f} | {ci} | {t.p:.4f} | {t.p_holm:.4f} |")
+    lines += [extra_sections] if extra_sections else []
     lines += ["", "## Curves", "", "![ROC](roc.png)", "", "![PR](pr.png)", ""]
     lines += ["Detectors: `detectors/<feature set>/` (load with `halluprobe.Detector.load`).", ""]
     lines += ["Every number above, machine-readable: `results.json` (`halluprobe.evaluation`).", ""]

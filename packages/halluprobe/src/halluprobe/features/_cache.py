@@ -55,6 +55,8 @@ PARTS = "parts"
 """Sub-folder of a cache that holds the parts of a distributed extraction (one per rank)."""
 
 _ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "answer_len", "prompt_len"))
+_OPTIONAL = ("grounding",)
+"""Arrays that shards written before they existed lack (the record keeps its empty default)."""
 
 
 class CacheRepairWarning(UserWarning):
@@ -335,6 +337,8 @@ def _read_shard(path: Path) -> list[ExampleRecord]:
     tensors = load_file(str(path))
     out = []
     for i, (rid, answer_len, prompt_len) in enumerate(json.loads(meta["records"])):
-        arrays = {key: tensors[f"{i}.{key}"] for key in _ARRAYS}
+        arrays = {
+            key: tensors[f"{i}.{key}"] for key in _ARRAYS if key not in _OPTIONAL or f"{i}.{key}" in tensors
+        }
         out.append(ExampleRecord(id=rid, answer_len=answer_len, prompt_len=prompt_len, **arrays))
     return out

@@ -198,6 +198,7 @@ class ProxyExtractor:
         The weights enter by content (``flashstats_hf.loading.weights_digest``, hashed once per file and
         remembered), so a proxy whose weights change at the same path never reuses the old records.
         """
+        """What the records depend on (part of every cache key): proxy, layers, TOHA, template, grounding."""
         import hashlib
 
         from flashstats_hf import LOGIT_STAT_NAMES
@@ -205,6 +206,8 @@ class ProxyExtractor:
 
         if self._weights is None:
             self._weights = weights_digest(self.model)
+        from halluprobe.features._grounding import SETTINGS_KEY, grounding_settings
+
         template = getattr(self.tokenizer, "chat_template", None)
         return {
             "logit_stats": len(LOGIT_STAT_NAMES),
@@ -214,6 +217,7 @@ class ProxyExtractor:
             "hidden_layers": list(self.hidden_layers or ()),
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
+            SETTINGS_KEY: grounding_settings(),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
@@ -272,7 +276,12 @@ class ProxyExtractor:
         )
 
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
-        """Records of ``batch``, in order."""
+        """Records of ``batch``, in order, with their text-only grounding features."""
+        from halluprobe.features._grounding import fill_grounding
+
+        return fill_grounding(self._records(batch), batch)
+
+    def _records(self, batch: list[Any]) -> list[ExampleRecord]:
         encoded = [self.encode(ex) for ex in batch]
         if self._graphed is not None:
             if self.token_store is not None:

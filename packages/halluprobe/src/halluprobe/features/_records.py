@@ -65,6 +65,10 @@ class ExampleRecord:
     """``[NH, 2, Dm]``: mean and standard deviation over answer tokens of the kept hidden states."""
     mtopdiv: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     """``[NL, H]``: TOHA's MTopDiv of each head (empty unless TOHA was requested)."""
+    grounding: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    """``[G]``: text-only grounding features of the example (``halubench_data.grounding``, in
+    ``GROUNDING_FEATURES`` order); empty when the record was made without them (see
+    `halluprobe.features._grounding.fill_grounding`)."""
 
 
 def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from halluprobe.blocks._blocks import (
     A7Block,
     A64Block,
     Block,
+    GBlock,
     H64Block,
     L9Block,
     Standardizer,
@@ -100,8 +101,13 @@ def fit_blocks(
     val: list[ExampleRecord],
     y_val: np.ndarray,
     cs: tuple[float, ...] = CS,
+    sample_weight: np.ndarray | None = None,
 ) -> ProbeFit:
-    """Fit blocks on train, choose ``C`` by validation AUROC and the threshold by validation F1."""
+    """Fit blocks on train, choose ``C`` by validation AUROC and the threshold by validation F1.
+
+    ``sample_weight`` (``[n_train]``, e.g. `halluprobe.training._calibration.source_weights`) weighs the
+    training rows of the logistic regression (on top of the balanced class weights).
+    """
     y_train, y_val = np.asarray(y_train), np.asarray(y_val)
     for b in blocks:
         b.fit(train, y_train)
@@ -112,7 +118,7 @@ def fit_blocks(
     m = _metrics()
 
     def fit(c: float):
-        lr = _logreg(c).fit(z_tr, y_train)
+        lr = _logreg(c).fit(z_tr, y_train, sample_weight=sample_weight)
         return float(m.auroc(lr.decision_function(z_va), y_val)), lr
 
     c, score, lr = best_by_validation(sorted(cs), fit)
@@ -203,6 +209,7 @@ def make_blocks(
 ) -> list[Block]:
     """Fresh (unfitted) blocks of a feature set, with A7's ``heads`` and A64's ``k``."""
     factories = {
+        "G": lambda: GBlock(),
         "A7": lambda: A7Block(heads, a7_features),
         "A64": lambda: A64Block(k),
         "H64": lambda: H64Block(hidden_layer),
@@ -222,8 +229,13 @@ def train_feature_sets(
     progress: Callable[[str], None] | None = None,
     a7_features: tuple[str, ...] = A7_SELECTION,
     l9_features: tuple[str, ...] = L9_SELECTION,
+    sample_weight: np.ndarray | None = None,
 ) -> dict[str, ProbeFit]:
     """Run the whole protocol: choose ``K`` and ``k`` once, then fit every feature set.
+
+    Warns `halluprobe.DegenerateFitWarning` when a split lacks a class or has fewer than
+    `halluprobe.training._calibration.MIN_PER_CLASS` examples of one, and when a fit's validation
+    probabilities collapse around its threshold (`halluprobe.training._calibration.check_collapse`).
 
     Args:
         feature_sets: Names such as ``["A7", "A64H64"]``.
@@ -236,7 +248,11 @@ def train_feature_sets(
         progress: Optional callable ``(message) -> None`` told about each step.
         a7_features: A7's features (default the packaged selection).
         l9_features: L9's features (default the packaged selection).
+        sample_weight: ``[n_train]`` weights of the probes' training rows (`fit_blocks`).
     """
+    from halluprobe.training._calibration import check_collapse, check_labels
+
+    check_labels(y_train, y_val, what="training")
     note = progress or (lambda msg: None)
     blocks_used = {b for s in feature_sets for b in parse_feature_set(s)}
     heads, k, extra = order[:1], 1, {}
@@ -252,7 +268,8 @@ def train_feature_sets(
     for name in feature_sets:
         note(f"fitting {name}")
         blocks = make_blocks(name, heads, k, a7_features=a7_features, l9_features=l9_features)
-        fit = fit_blocks(blocks, name, train, y_train, val, y_val)
+        fit = fit_blocks(blocks, name, train, y_train, val, y_val, sample_weight=sample_weight)
+        check_collapse(fit.predict_proba(val)[:, 1], fit.threshold, what=name)
         used = parse_feature_set(name)
         fit.selection = {key: v for key, v in extra.items() if {"K": "A7", "k": "A64"}[key] in used}
         fits[name] = fit

@@ -126,9 +126,17 @@ def run_training(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
         labels["validation"], progress=clikit.status, **selections,
     )  # fmt: skip
-    from halluprobe.evaluation._evaluation import MethodScores, evaluate_methods, write_results
+    from halluprobe.training._calibration import calibrate_probe
 
-    token_probe, extra = None, {}
+    val_sources = [e.source for e in ds.validation]
+    fits = {
+        n: calibrate_probe(f, records["validation"], labels["validation"], val_sources)
+        for n, f in fits.items()
+    }
+    from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
+
+    token_probe = None
+    extra: dict[str, object] = {}
     if token_examples is not None:
         from dataclasses import asdict
 
@@ -163,9 +171,16 @@ def run_training(
         methods.append(
             MethodScores.chosen_on_validation(f"text-only {name}", "text-only", val_s, test_s, y_val)
         )
+    from halubench_data.floors import best_floor, floor_scores
+
+    clikit.status("scoring the grounding floors")
+    for name, (val_s, test_s) in floor_scores(ds).items():
+        methods.append(MethodScores.chosen_on_validation(name, "floor", val_s, test_s, y_val))
     ev = evaluate_methods(ds.name, methods, labels["test"], groups["test"])
     tests = addition_tests(ev)
-    table = results_table(dict(ev.results))
+    floor = best_floor({name: r.auroc for name, r in ev.results.items()})
+    table = results_table(dict(ev.results), floor=None if floor is None else floor[1])
+    extra["best_floor"] = None if floor is None else {"method": floor[0], "auroc": floor[1]}
     from halluprobe.evaluation._report import write_report
 
     selection = {
@@ -174,7 +189,13 @@ def run_training(
     }
     write_results(out, [ev], tests, extra={"selection": selection, **extra}, plots=False)
     test_scores = {name: m.test for name, m in ev.methods.items()}
-    write_report(out, table, test_scores, labels["test"], fits, tests, ds.name)
+    from halluprobe.evaluation._report_calibration import calibration_section
+
+    test_probs = {n: test_scores[n] for n in fits}
+    section = (
+        calibration_section(out, test_probs, labels["test"]) if len(set(labels["test"].tolist())) == 2 else ""
+    )
+    write_report(out, table, test_scores, labels["test"], fits, tests, ds.name, extra_sections=section)
     return table
 
 

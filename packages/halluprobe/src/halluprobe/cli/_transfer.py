@@ -1,0 +1,142 @@
+"""``halluprobe transfer``: its parser and command (split from `halluprobe.cli`, which wires them in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from halubench_data import clikit
+
+TRANSFER = {
+    "out": "the output folder",
+    "files": "the files written: transfer.md, transfer.csv, reliability.png",
+    "sources": "the held-out sources, in order",
+    "summary": "per method: {method, kind, sources, mean_auroc, mean_delta_floor, beats_floor, mean_f1, "
+    "mean_best_f1, f1_transfers, pooled_ece}",
+    "rows": "per held-out source and method: {source, method, kind, auroc, auroc_ci, f1, best_f1, threshold, "
+    "ece, flagged, n, n_positive, delta_floor}",
+}
+DEFAULT_TRANSFER_SETS = "A7,A64,H64,L9,A64H64"
+"""Feature sets that ``halluprobe transfer`` fits when ``--feature-sets`` is not given."""
+
+
+def add_transfer_parser(sub) -> None:
+    """Adds the ``transfer`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
+    p = sub.add_parser(
+        "transfer", help="leave-one-source-out: fit on every source but one, score the one left out",
+        description="Hold each source of the datasets out in turn: fit the probes, the published detectors "
+        "and the grounding floors on the other sources' training splits (sources weighted equally), "
+        "calibrate and threshold on their validation splits, and score the held-out source.",
+    )  # fmt: skip
+    p.add_argument(
+        "--dataset", action="append", required=True, metavar="SPEC",
+        help="a dataset spec as in every CLI (repeat: at least two sources in all; a dataset of several "
+        "sources, such as ragtruth:PATH, counts as each of them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--feature-sets", default=DEFAULT_TRANSFER_SETS,
+        help=f"comma-separated feature sets, or 'none' for the floors alone (no proxy; default "
+        f"{DEFAULT_TRANSFER_SETS})",
+    )  # fmt: skip
+    p.add_argument("--no-published", action="store_true", help="skip the published detectors")
+    p.add_argument("--calibration", default="platt", choices=("platt", "isotonic"), help="default platt")
+    p.add_argument(
+        "--threshold", default="mean-f1", choices=("mean-f1", "calibrated-0.5"),
+        help="the transferred threshold: best mean F1 over the validation sources (default), or 0.5",
+    )  # fmt: skip
+    p.add_argument(
+        "--held-out", default="all", choices=("all", "test"),
+        help="score all examples of the held-out source (default) or its test split",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit", default="all", help="at most N examples per split of each dataset (default all)"
+    )
+    p.add_argument(
+        "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
+    )
+    p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' (default: all)")
+    p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default 8)")
+    p.add_argument("--token-budget", type=int, default=16384, help="most tokens per proxy forward")
+    p.add_argument(
+        "--n-bootstrap", type=int, default=1000, help="resamples per AUROC interval (default 1000)"
+    )
+    p.add_argument(
+        "--out", default="runs/transfer", help="output folder; the feature cache goes to OUT/cache"
+    )
+    clikit.add_device_arg(p)
+    clikit.add_autotune_arg(p)
+    clikit.add_json_arg(p, TRANSFER)
+
+
+def _records(datasets, args) -> tuple[dict, list[int], list[str]]:
+    """Proxy records of every example (through OUT/cache), the induction head order, the logit names."""
+    from flashstats_hf import LOGIT_STAT_NAMES, load_model
+
+    from halluprobe.blocks._induction import induction_scores, rank_heads
+    from halluprobe.cli import load_proxy, parse_layers
+    from halluprobe.features._cache import FeatureCache
+    from halluprobe.features._extract import ProxyExtractor, extract_records
+
+    device = clikit.resolve_device(args.device)
+    model, tok = load_proxy(load_model, args.proxy, device)
+    layers = parse_layers(args.layers, int(model.config.num_hidden_layers))
+    ext = ProxyExtractor(model, tok, layers)
+    cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": args.proxy or "default"})
+    records = {}
+    for ds in datasets:
+        recs = extract_records(
+            ds.examples, ext, cache, batch_size=args.batch_size, token_budget=args.token_budget,
+            length=ext.length, progress=clikit.show_progress(), desc=ds.name,
+        )  # fmt: skip
+        records.update({e.id: r for e, r in zip(ds.examples, recs, strict=True)})
+    all_layers = layers if layers is not None else tuple(range(int(model.config.num_hidden_layers)))
+    return records, rank_heads(induction_scores(model), all_layers), list(LOGIT_STAT_NAMES)
+
+
+def cmd_transfer(args) -> int:
+    """``halluprobe transfer``: the leave-one-source-out table, with floors and calibration."""
+    from halubench_data import load
+
+    from halluprobe.blocks import parse_feature_set
+    from halluprobe.cli import parse_layers
+    from halluprobe.evaluation._transfer import (
+        Fitter,
+        floor_fitter,
+        leave_one_source_out,
+        probe_fitter,
+        published_fitter,
+    )
+    from halluprobe.training._calibration import degenerate_fit_lines
+
+    sets = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
+    for name in sets:
+        parse_feature_set(name)  # a bad name fails before anything loads
+    for flag in ("batch_size", "token_budget", "n_bootstrap"):
+        if getattr(args, flag) < 1:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    clikit.resolve_device(args.device)
+    clikit.check_out_dir(args.out)
+    parse_layers(args.layers)
+    limit = clikit.parse_limit(args.limit)
+    datasets = [load(spec, limit=limit, arg="--dataset") for spec in args.dataset]
+    sources = list(dict.fromkeys(e.source for ds in datasets for e in ds))
+    if len(sources) < 2:
+        raise clikit.UsageError(f"--dataset: leave-one-source-out needs at least two sources, got {sources}")
+    clikit.status(f"sources: {', '.join(sources)}")
+    fitters: list[Fitter] = [floor_fitter]
+    records = None
+    if sets or not args.no_published:
+        clikit.deterministic_kernels(clikit.resolve_device(args.device), args.autotune)
+        clikit.quiet_transformers()
+        records, order, logit_names = _records(datasets, args)
+        fitters += [probe_fitter(sets, order)] if sets else []
+        fitters += [] if args.no_published else [published_fitter(order, logit_names)]
+    with degenerate_fit_lines("halluprobe transfer"):
+        table = leave_one_source_out(
+            datasets, records, fitters=fitters, calibration=args.calibration, threshold=args.threshold,
+            held_out=args.held_out, n_bootstrap=args.n_bootstrap, progress=clikit.status,
+        )  # fmt: skip
+    paths = table.write(args.out)
+    doc = {"out": args.out, "files": [str(p) for p in paths], "sources": table.sources,
+           "summary": table.summary(), "rows": table.rows}  # fmt: skip
+    clikit.emit(lambda: table.to_markdown() + f"\nwritten: {', '.join(str(p) for p in paths)}", doc)
+    return 0

@@ -1,0 +1,73 @@
+"""The detector used when none is named: the general detector packaged with halluprobe.
+
+``halluprobe.load()`` returns it; ``halluprobe.load(path)`` loads a saved detector folder. The packaged
+one lives in the wheel as package data, ``halluprobe/packaged/general/`` (``detector.json`` and
+``detector.safetensors``, the format of [`Detector.save`][halluprobe.Detector.save], integrity-checked
+on load like any detector). ``halluprobe predict`` and ``halluprobe stream`` use it when no detector
+folder is given.
+
+The environment variable `ENV_VAR` (``HALLUPROBE_DETECTOR``), read each time a default is resolved
+(never at import), names another folder to use as the default: a detector of your own, or one under
+test.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from halluprobe.detectors._detector import Detector
+
+ENV_VAR = "HALLUPROBE_DETECTOR"
+"""Environment variable naming a detector folder that replaces the packaged one as the default."""
+PACKAGED = ("packaged", "general")
+"""Where the packaged general detector lies inside the ``halluprobe`` package."""
+BUILD_HINT = (
+    "build one with `halluprobe train --general --dataset SPEC --dataset SPEC ... --out DIR` and pass "
+    f"DIR/detector (or set {ENV_VAR}=DIR/detector)"
+)
+
+
+def packaged_path() -> Path:
+    """The folder of the packaged general detector inside the installed package (it may be absent)."""
+    return Path(str(resources.files("halluprobe").joinpath(*PACKAGED)))
+
+
+def default_path() -> tuple[Path, str]:
+    """The default detector's folder and how it was chosen (for a step message).
+
+    Returns:
+        ``(folder, description)``: `ENV_VAR`'s folder when it is set and not empty, else `packaged_path`.
+    """
+    override = os.environ.get(ENV_VAR, "")
+    if override:
+        return Path(override), f"{ENV_VAR}={override}"
+    return packaged_path(), "the packaged general detector"
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Detector:
+    """A saved detector, or the default one (the packaged general detector) when ``path`` is None.
+
+    Args:
+        path: A detector folder ([`Detector.save`][halluprobe.Detector.save]); None: the default
+            (`default_path`).
+
+    Raises:
+        FileNotFoundError: ``path`` is None and no default detector exists (naming what is missing
+            and how to build one), or ``path`` is missing.
+        ValueError: the detector's files fail their checks ([`Detector.load`][halluprobe.Detector.load]).
+    """
+    if path is not None:
+        return Detector.load(Path(path))
+    folder, how = default_path()
+    if not (folder / "detector.json").is_file():
+        if how.startswith(ENV_VAR):
+            raise FileNotFoundError(
+                f"{how}: {folder / 'detector.json'} is missing: not a saved detector folder"
+            )
+        raise FileNotFoundError(
+            f"this halluprobe has no packaged general detector ({'/'.join(('halluprobe', *PACKAGED))}/"
+            f"detector.json is missing); {BUILD_HINT}"
+        )
+    return Detector.load(folder)

@@ -1,0 +1,266 @@
+"""Leave-one-source-out transfer (paper Appendix M): how a detector does on a source it never saw.
+
+Sources are the distinct `halubench_data.Example.source` values of the datasets given (a RAGTruth
+dataset of three tasks is three sources). For each held-out source:
+
+* **fit** on the pooled *training* splits of every other source, each source weighted equally
+  (`halluprobe.training._calibration.source_weights`), so a large source does not dominate;
+* **validation** is the pooled validation splits of the other sources: it chooses ``C`` (and A7's
+  ``K``), fits the calibration (Platt by default, sources weighted equally) and the threshold
+  (`halluprobe.training._calibration.transfer_threshold`: the best mean F1 over the validation sources);
+* **score** every example of the held-out source (``held_out="all"``, the default: none of it was
+  seen, and more examples give tighter intervals) or only its test split (``held_out="test"``,
+  comparable with in-source test tables).
+
+Examples of other sources that share a group with the held-out source never enter its fit.
+
+Every method is scored by its calibrated probability: AUROC with a group-bootstrap interval, F1 at
+the transferred threshold, the best F1 any threshold reaches on the held-out source (an oracle, for
+reference), ECE (10 equal-mass bins) and Δ floor, the AUROC minus the best grounding floor's on the
+same source (`halubench_data.floors`). Scores: higher means more likely hallucinated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from halubench_data.dataset import Dataset
+from halubench_data.floors import FLOORS, GroundingFloor, grounding_matrix
+from halubench_data.grounding import GROUNDING_FEATURES
+from halubench_data.metrics import evaluate, f1_at, select_threshold
+from halubench_data.schema import Example
+
+from halluprobe.training._calibration import (
+    CalibrationMethod,
+    Calibrator,
+    ThresholdRule,
+    reliability_curve,
+    source_weights,
+    transfer_threshold,
+)
+
+if TYPE_CHECKING:
+    from halluprobe.evaluation._transfer_table import TransferTable
+    from halluprobe.features._records import ExampleRecord
+
+__all__ = ["Fitter", "Pool", "floor_fitter", "leave_one_source_out", "probe_fitter", "published_fitter"]
+
+Kind = Literal["probe", "detector", "judge", "text-only", "floor"]
+Scorer = Callable[["Pool"], np.ndarray]
+"""A fitted method: a pool of examples -> ``[n]`` raw scores, higher = more likely hallucinated."""
+Fitter = Callable[["Pool", "Pool"], dict[str, tuple[Kind, Scorer]]]
+"""``(train, validation) -> {method name: (kind, scorer)}``: fits one or several methods."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Examples of one or several sources, with their records when a proxy read them."""
+
+    examples: tuple[Example, ...]
+    """The examples, in a fixed order."""
+    records: tuple[ExampleRecord, ...] | None
+    """Their records, in the same order (``None``: text-only methods only)."""
+
+    @property
+    def labels(self) -> np.ndarray:
+        """``[n] int64`` labels (1 = hallucinated)."""
+        return np.array([e.label for e in self.examples], dtype=np.int64)
+
+    @property
+    def sources(self) -> list[str]:
+        """``[n]`` source of each example."""
+        return [e.source for e in self.examples]
+
+    @property
+    def groups(self) -> list[str]:
+        """``[n]`` group of each example (the bootstrap unit)."""
+        return [str(e.group) for e in self.examples]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """``[n] float64`` weights that give every source the same total (mean 1)."""
+        return source_weights(self.sources)
+
+    def record_list(self) -> list[ExampleRecord]:
+        """The records as a list; raises ValueError when the pool has none."""
+        if self.records is None:
+            raise ValueError("this method needs proxy records; pass records= to leave_one_source_out")
+        return list(self.records)
+
+
+def _pool(examples: Sequence[Example], records: Mapping[str, ExampleRecord] | None) -> Pool:
+    if records is None:
+        return Pool(tuple(examples), None)
+    missing = [e.id for e in examples if e.id not in records]
+    if missing:
+        raise ValueError(f"records: no record for example {missing[0]!r} ({len(missing)} missing)")
+    return Pool(tuple(examples), tuple(records[e.id] for e in examples))
+
+
+@lru_cache(maxsize=1 << 16)
+def _grounding_row(context: str, question: str, answer: str) -> np.ndarray:
+    """Grounding features of one answer, cached: every fold of a run reads the same examples again."""
+    return grounding_matrix([Example("", "", context, question, answer, 0, "")])[0]
+
+
+def _grounding(pool: Pool) -> np.ndarray:
+    return np.stack([_grounding_row(e.context, e.question, e.answer) for e in pool.examples])
+
+
+def floor_fitter(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
+    """The two grounding floors: zero-fit overlap, and the grounding regression fitted on ``train``."""
+    fit = GroundingFloor().fit(
+        _grounding(train),
+        train.labels,
+        _grounding(validation),
+        validation.labels,
+        sample_weight=train.weights,
+    )
+    overlap = GROUNDING_FEATURES.index("unsupported_word_share")  # = overlap_score
+    return {
+        FLOORS[0]: ("floor", lambda pool: _grounding(pool)[:, overlap]),
+        FLOORS[1]: ("floor", lambda pool: fit.decision_function(_grounding(pool))),
+    }
+
+
+def probe_fitter(feature_sets: Sequence[str], head_order: Sequence[int], **selections) -> Fitter:
+    """Feature-set probes fitted by `halluprobe.training.train_feature_sets` (sources weighted equally).
+
+    ``selections`` (``a7_features``, ``l9_features``) replace the packaged A7/L9 selections. Scores are
+    the probes' decision functions.
+    """
+    from halluprobe.training._protocol import train_feature_sets
+
+    def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
+        fits = train_feature_sets(
+            list(feature_sets), list(head_order), train.record_list(), train.labels, train.groups,
+            validation.record_list(), validation.labels, sample_weight=train.weights, **selections,
+        )  # fmt: skip
+
+        def scorer(f) -> Scorer:
+            return lambda pool: f.decision_function(pool.record_list())
+
+        return {name: ("probe", scorer(f)) for name, f in fits.items()}
+
+    return fit
+
+
+def published_fitter(head_order: Sequence[int], logit_names: Sequence[str], toha: bool = False) -> Fitter:
+    """The published detectors of `halluprobe.training.fit_published` on the pooled splits (unweighted)."""
+    from halluprobe.training import fit_published
+
+    def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
+        recs = {"train": train.record_list(), "validation": validation.record_list()}
+        labels = {"train": train.labels, "validation": validation.labels}
+        scorers = fit_published(recs, labels, list(head_order), list(logit_names), toha)
+
+        def scorer(s) -> Scorer:
+            return lambda pool: s(pool.record_list())
+
+        return {name: ("detector", scorer(s)) for name, s in scorers.items()}
+
+    return fit
+
+
+def _split_by_source(pool: Pool, values: np.ndarray) -> dict[str, np.ndarray]:
+    src = np.asarray(pool.sources)
+    return {s: values[src == s] for s in dict.fromkeys(pool.sources)}
+
+
+def _folds(
+    examples: Sequence[Example], held_out: Literal["all", "test"]
+) -> list[tuple[str, list[Example], list[Example], list[Example]]]:
+    """(source, train, validation, target) of every held-out source; shared groups stay out of the fit."""
+    by_source: dict[str, list[Example]] = {}
+    for e in examples:
+        by_source.setdefault(e.source, []).append(e)
+    out = []
+    for name, own in by_source.items():
+        own_groups = {str(e.group) for e in own}
+        rest = [e for e in examples if e.source != name and str(e.group) not in own_groups]
+        target = own if held_out == "all" else [e for e in own if e.split == "test"]
+        train = [e for e in rest if e.split == "train"]
+        out.append((name, train, [e for e in rest if e.split == "validation"], target))
+    return out
+
+
+def leave_one_source_out(
+    datasets: Dataset | Sequence[Dataset],
+    records: Mapping[str, ExampleRecord] | None = None,
+    *,
+    fitters: Sequence[Fitter] = (floor_fitter,),
+    calibration: CalibrationMethod = "platt",
+    threshold: ThresholdRule = "mean-f1",
+    held_out: Literal["all", "test"] = "all",
+    n_bootstrap: int = 1000,
+    seed: int = 42,
+    progress: Callable[[str], None] | None = None,
+) -> TransferTable:
+    """Hold each source out in turn, fit every method on the others, and score the held-out one.
+
+    Args:
+        datasets: split datasets; their examples' ``source`` fields name the sources (at least two).
+        records: example id -> record, for methods that read the proxy (`probe_fitter`,
+            `published_fitter`); ``None`` for text-only methods.
+        fitters: what to fit; default the grounding floors (`floor_fitter`). Pass the floors too when
+            adding probes, so that every row gets its Δ floor.
+        calibration: ``"platt"`` or ``"isotonic"`` (`halluprobe.training._calibration.Calibrator`).
+        threshold: ``"mean-f1"`` or ``"calibrated-0.5"`` (`halluprobe.training.transfer_threshold`).
+        held_out: ``"all"`` examples of the held-out source, or its ``"test"`` split.
+        n_bootstrap: group-bootstrap resamples of each AUROC interval.
+        seed: bootstrap seed.
+        progress: optional ``(message) -> None`` told about each held-out source.
+
+    Returns:
+        A `halluprobe.evaluation.TransferTable` (rows per source and method; Markdown and CSV).
+
+    Raises:
+        ValueError: with fewer than two sources, an example id used twice, a fold whose pooled
+            training or validation split lacks a class, or a missing record.
+    """
+    from halluprobe.evaluation._transfer_table import TransferRow, TransferTable, with_floor_deltas
+
+    examples = [e for ds in ([datasets] if isinstance(datasets, Dataset) else datasets) for e in ds]
+    ids = [e.id for e in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError("datasets: an example id occurs twice; give each example (and source) once")
+    if held_out not in ("all", "test"):
+        raise ValueError(f"held_out must be 'all' or 'test', got {held_out!r}")
+    folds = _folds(examples, held_out)
+    if len(folds) < 2:
+        raise ValueError(f"leave-one-source-out needs at least two sources, got {[f[0] for f in folds]}")
+    rows: list[TransferRow] = []
+    probs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for name, tr, va, target in folds:
+        (progress or (lambda m: None))(
+            f"held out: {name} ({len(target)} examples; fit on {len(tr)} + {len(va)})"
+        )
+        for split, part in (("training", tr), ("validation", va)):
+            if len({e.label for e in part}) < 2:
+                raise ValueError(
+                    f"holding out {name!r}: the pooled {split} split of the others lacks a class"
+                )
+        if len({e.label for e in target}) < 2:
+            continue  # AUROC is undefined on a one-class source
+        train, val, tgt = _pool(tr, records), _pool(va, records), _pool(target, records)
+        for fitter in fitters:
+            for method, (kind, score) in fitter(train, val).items():
+                raw_val, raw_t = score(val), score(tgt)
+                cal = Calibrator(calibration).fit(raw_val, val.labels, sample_weight=val.weights)
+                p_val, p_t = cal(raw_val), cal(raw_t)
+                thr = transfer_threshold(
+                    _split_by_source(val, p_val), _split_by_source(val, val.labels), threshold
+                )
+                res = evaluate(p_t, tgt.labels, tgt.groups, thr, n_bootstrap=n_bootstrap, seed=seed)
+                best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
+                ece = reliability_curve(p_t, tgt.labels).ece
+                rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
+                                        float(np.mean(p_t >= thr)), res.n, res.n_positive))  # fmt: skip
+                probs.setdefault(method, []).append((p_t, tgt.labels))
+    pooled = {m: reliability_curve(np.concatenate([p for p, _ in v]), np.concatenate([y for _, y in v]))
+              for m, v in probs.items()}  # fmt: skip
+    return TransferTable(with_floor_deltas(rows), pooled, calibration, threshold, held_out)

@@ -1,0 +1,128 @@
+"""Leave-one-source-out transfer: no held-out example reaches its own fit; the table and the CLI."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from halluprobe.cli import main
+from halluprobe.evaluation import TransferTable, leave_one_source_out
+from halluprobe.evaluation._transfer import Pool, floor_fitter, probe_fitter
+from halubench_data import Dataset, Example, overlap_scores, write_jsonl
+
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar".split()
+
+
+def _source(name, n_groups, seed, shared_group=None):
+    """A source whose hallucinated answers bring words the context lacks (the floors' signal)."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for g in range(n_groups):
+        split = "train" if g % 10 < 6 else "validation" if g % 10 < 8 else "test"
+        group = shared_group if (shared_group and g == 0) else f"{name}:{g}"
+        ctx = " ".join(rng.choice(WORDS, 12))
+        for i in range(4):
+            label = i % 2
+            words = list(rng.choice(ctx.split(), 6))
+            if label or rng.random() < 0.2:
+                words[rng.integers(6)] = f"novel{rng.integers(10**6)}"
+            examples.append(
+                Example(f"{name}-{g}-{i}", name, ctx, "What?", " ".join(words), label, group, split)
+            )
+    return Dataset(tuple(examples), name=name)
+
+
+def _spy(seen):
+    def fit(train: Pool, validation: Pool):
+        held = {e.source for e in train.examples} | {e.source for e in validation.examples}
+        seen.append((train.examples, validation.examples, held))
+        return {"overlap floor": ("floor", lambda pool: overlap_scores(pool.examples))}
+
+    return fit
+
+
+def test_no_held_out_example_group_or_source_reaches_its_own_fit():
+    a, b, c = (
+        _source("a", 20, 0, shared_group="shared"),
+        _source("b", 20, 1, shared_group="shared"),
+        _source("c", 20, 2),
+    )
+    seen: list = []
+    table = leave_one_source_out([a, b, c], fitters=[_spy(seen)], n_bootstrap=50)
+    assert table.sources == ["a", "b", "c"] and len(seen) == 3
+    for held, (train, val, fit_sources) in zip("abc", seen, strict=True):
+        assert held not in fit_sources  # neither the pooled train nor the pooled validation
+        assert {e.split for e in train} == {"train"} and {e.split for e in val} == {"validation"}
+        assert fit_sources == set("abc") - {held}
+        if held in "ab":  # 'a' and 'b' share a group: it stays out of the other's fit
+            assert all(e.group != "shared" for e in (*train, *val))
+    rows = {(r.source, r.method): r for r in table.rows}
+    assert rows["a", "overlap floor"].n == len(a) and rows["c", "overlap floor"].n_positive == len(c) // 2
+
+
+def test_pooled_fit_weights_every_source_equally():
+    pool = Pool(tuple(_source("a", 30, 0)) + tuple(_source("b", 10, 1)), None)
+    w, src = pool.weights, np.array(pool.sources)
+    assert w[src == "a"].sum() == pytest.approx(w[src == "b"].sum()) and w.mean() == pytest.approx(1.0)
+
+
+def test_table_deltas_markdown_and_csv():
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    table = leave_one_source_out(srcs, n_bootstrap=50, held_out="test")
+    assert isinstance(table, TransferTable)
+    for s in table.sources:
+        rows = [r for r in table.rows if r.source == s]
+        assert max(r.delta_floor for r in rows) == 0.0  # the best floor has Δ 0
+        assert all(r.n == sum(e.split == "test" for e in srcs["abc".index(s)]) for r in rows)
+        assert all(0 <= r.ece <= 1 and r.f1 <= r.best_f1 + 1e-12 for r in rows)
+    md = table.to_markdown()
+    assert "| overlap floor |" in md and "Δ floor" in md and "| method | a | b | c |" in md
+    parsed = list(csv.DictReader(io.StringIO(table.to_csv())))
+    assert len(parsed) == len(table.rows) and {"auroc_lo", "auroc_hi", "delta_floor"} <= set(parsed[0])
+    assert {s.method for s in table.summary()} == {"overlap floor", "grounding floor"}
+
+
+def test_refuses_one_source_and_duplicate_ids():
+    a = _source("a", 10, 0)
+    with pytest.raises(ValueError, match="at least two sources"):
+        leave_one_source_out([a])
+    with pytest.raises(ValueError, match="occurs twice"):
+        leave_one_source_out([a, a])
+
+
+def test_probe_fitter_scores_held_out_records(record_factory):
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    rng = np.random.default_rng(0)
+    records = {}
+    for e in (e for ds in srcs for e in ds):
+        r = record_factory(e.id, rng, nl=2, h=4)
+        r.logit_pooled[:] += 1.5 * e.label
+        records[e.id] = r
+    table = leave_one_source_out(srcs, records, fitters=[floor_fitter, probe_fitter(["L9"], list(range(8)))],
+                                 n_bootstrap=50)  # fmt: skip
+    probe = [r for r in table.rows if r.method == "L9"]
+    assert [r.kind for r in probe] == ["probe"] * 3 and all(r.auroc > 0.8 for r in probe)
+    with pytest.raises(ValueError, match="needs proxy records"):
+        leave_one_source_out(srcs, fitters=[probe_fitter(["L9"], list(range(8)))])
+
+
+@pytest.mark.slow
+def test_cli_transfer_floors_only_without_a_proxy(tmp_path, capsys):
+    files = []
+    for i, name in enumerate("ab"):
+        path = tmp_path / f"{name}.jsonl"
+        write_jsonl(_source(name, 20, i), path)
+        files += ["--dataset", str(path)]
+    out = tmp_path / "run"
+    argv = ["transfer", *files, "--feature-sets", "none", "--no-published", "--out", str(out), "--json",
+            "--n-bootstrap", "50"]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sources"] == ["a", "b"] and {r["method"] for r in doc["rows"]} == {
+        "overlap floor",
+        "grounding floor",
+    }
+    assert (out / "transfer.md").read_text().startswith("# Transfer") and (out / "reliability.png").exists()
+    assert main(["transfer", files[0], files[1], "--out", str(out)]) == 2  # one source
+    assert "at least two sources" in capsys.readouterr().err
