@@ -18,6 +18,7 @@ from halubench_data import clikit
 
 from halluprobe import _cli_schemas as schemas
 from halluprobe._cli_inputs import read_triples
+from halluprobe._cli_serve import add_serve_parser, cmd_serve
 from halluprobe._cli_stream import add_stream_parser, cmd_stream
 
 DEFAULT_FEATURE_SETS = ("A7", "A64", "H64", "L9", "A7H64", "A64H64", "A7L9", "H64L9")
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 
@@ -537,6 +539,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "predict": cmd_predict,
     "stream": cmd_stream,
+    "serve": cmd_serve,
     "select-a7": cmd_select,
     "select-l9": cmd_select,
 }
