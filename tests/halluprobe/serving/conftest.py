@@ -17,6 +17,7 @@ from flashstats_hf import ATTN_IMPLEMENTATION
 from halluprobe import Detector
 from halluprobe.extract import ProxyExtractor
 from halluprobe.protocol import fit_blocks, make_blocks
+from halluprobe.reads import detector_reads
 from halluprobe.records import reduce_forward
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -72,6 +73,7 @@ def tiny_detector(
     blocks = make_blocks(feature_set, heads=list(heads), k=2)
     fit = fit_blocks(blocks, feature_set, recs[:24], y[:24], recs[24:], y[24:])
     det = Detector(fit, None, None, ext.hidden_layers)
+    ext.reads = detector_reads(det, layers, 4)  # what Detector.extractor() sets on a loaded proxy
     det._extractor = ext
     return det
 
@@ -120,3 +122,59 @@ def serve():
             yield url, server, app
 
     return start
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (loopback only; no extra package)."""
+
+    def __init__(self, executable: str, profile) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             f"--user-data-dir={profile}", "--window-size=1000,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("chromium did not start")
+            time.sleep(0.1)
+        import httpx
+        from websockets.sync.client import connect
+
+        port = int(port_file.read_text().split()[0])
+        pages = [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list").json() if t["type"] == "page"]
+        self._stack = contextlib.ExitStack()
+        self.ws = self._stack.enter_context(connect(pages[0]["webSocketDebuggerUrl"], max_size=None))
+        self.n = 0
+
+    def call(self, method: str, **params):
+        import json
+
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.n:
+                if "error" in msg:
+                    raise RuntimeError(msg["error"])
+                return msg["result"]
+
+    def js(self, expression: str):
+        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        return out["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.js(expression):
+            if time.monotonic() > deadline:
+                raise TimeoutError(expression)
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stack.close()
+        self.proc.terminate()
+        self.proc.wait(30)

@@ -16,6 +16,7 @@ hallucinated. The running probability costs one pooling of the per-token statist
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,16 +64,36 @@ class StreamingScorer:
         from flashstats_hf import DEFAULT_REQUEST, CachedRecorder
 
         ext = self.detector.extractor(self.device)
+        reads = getattr(ext, "reads", None)
+        if reads is None:
+            return CachedRecorder(
+                ext.model, prompt_len=prompt_len, request=DEFAULT_REQUEST, layers=ext.layers, logits=True,
+                hidden_layers=ext.hidden_layers,
+            )  # fmt: skip
+        request = dataclasses.replace(DEFAULT_REQUEST, lookups=reads.lookups, columns=reads.columns)
         return CachedRecorder(
-            ext.model, prompt_len=prompt_len, request=DEFAULT_REQUEST, layers=ext.layers, logits=True,
-            hidden_layers=ext.hidden_layers,
+            ext.model, prompt_len=prompt_len, request=request, layers=reads.layers, logits=reads.logits,
+            hidden_layers=reads.hidden_layers,
         )  # fmt: skip
+
+    def _stats(self, rec):
+        """The recorder's statistics, widened to a full extraction where only the detector's reads ran."""
+        ext = self.detector.extractor(self.device)
+        fs = rec.stats()
+        if getattr(ext, "reads", None) is None:
+            return fs
+        from halluprobe.reads import complete
+
+        cfg = ext.model.config
+        scored = tuple(range(int(cfg.num_hidden_layers))) if ext.layers is None else tuple(ext.layers)
+        heads, width = int(cfg.num_attention_heads), int(cfg.hidden_size)
+        return complete(fs, scored, tuple(ext.hidden_layers or ()), heads, width)
 
     def _update(self, rec, ids: list[int], new: int, done: bool = False) -> StreamUpdate:
         tok = self.detector.extractor(self.device).tokenizer
         fresh = ids[len(ids) - new :]
         pred = self.detector.score_stats(
-            rec.stats(), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh]
+            self._stats(rec), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh]
         )
         return StreamUpdate(
             token_ids=fresh, tokens=pred.tokens, token_scores=pred.token_scores[len(ids) - new :],
@@ -228,7 +249,7 @@ class Follower:
     def prediction(self) -> Prediction:
         """The [`Prediction`][halluprobe.Prediction] of the answer read so far (scores of all its tokens)."""
         tokens = [self.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in self.fed]
-        return self.scorer.detector.score_stats(self.rec.stats(), tokens)
+        return self.scorer.detector.score_stats(self.scorer._stats(self.rec), tokens)
 
     @property
     def answer_ids(self) -> list[int]:
