@@ -34,7 +34,8 @@ HIDDEN = (15,)
 
 def smollm2_shaped(device: str) -> LlamaForCausalLM:
     cfg = LlamaConfig(
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9,
         num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True,
     )  # fmt: skip
     cfg._attn_implementation = ATTN_IMPLEMENTATION
@@ -66,7 +67,8 @@ def main() -> None:
     batch = collate(examples, pad_token_id=0).to(dev)
     ids = [f"e{i}" for i in range(args.batch)]
     full_fs = record_forward(model, batch.input_ids, response_start=batch.response_start,
-                             attention_mask=batch.attention_mask, logits=True, hidden_layers=HIDDEN)  # fmt: skip
+                             attention_mask=batch.attention_mask, logits=True,
+                             hidden_layers=HIDDEN)  # fmt: skip
     recs = reduce_forward(full_fs, ids)
     y = np.arange(len(recs)) % 2
     heads = [4 * 9 + 3, 7 * 9 + 1, 9 * 9 + 5, 11 * 9 + 2, 13 * 9 + 7, 15 * 9 + 4, 15 * 9 + 8]
@@ -80,7 +82,8 @@ def main() -> None:
 
     def eager_full():
         fs = record_forward(model, batch.input_ids, response_start=batch.response_start,
-                            attention_mask=batch.attention_mask, logits=True, hidden_layers=HIDDEN)  # fmt: skip
+                            attention_mask=batch.attention_mask, logits=True,
+                            hidden_layers=HIDDEN)  # fmt: skip
         return det.score_records(reduce_forward(fs, ids))
 
     def eager_reads():

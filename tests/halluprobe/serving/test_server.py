@@ -93,6 +93,7 @@ def test_bad_requests_get_one_line_reasons(detector, serve):
     assert got[3]["probability"] == pytest.approx(want.probability, abs=TOL)
 
 
+@pytest.mark.slow
 def test_a_full_queue_answers_503_with_retry_after(detector, serve):
     items = _items(3, 2)
     with serve(detector, max_queue=2, max_wait_ms=3000, max_batch=8) as (url, _, _):
@@ -110,6 +111,7 @@ def test_a_full_queue_answers_503_with_retry_after(detector, serve):
     assert first[0].status_code == 200 and len(first[0].json()["results"]) == 2
 
 
+@pytest.mark.slow
 def test_concurrent_requests_share_a_forward_and_equal_unbatched(detector, serve):
     items = _items(4, 6)
     with serve(detector, max_wait_ms=2000, max_batch=6) as (url, _, app):
@@ -131,6 +133,7 @@ def test_concurrent_requests_share_a_forward_and_equal_unbatched(detector, serve
         assert [(s["start"], s["end"]) for s in out[i]["spans"]] == [(s.start, s.end) for s in want.spans]
 
 
+@pytest.mark.slow
 def test_stream_endpoint_equals_halluprobe_stream(detector, serve, tmp_path, capsys, monkeypatch):
     from websockets.sync.client import connect
 
@@ -175,6 +178,7 @@ def test_stream_refuses_bad_messages(detector, serve):
         assert event == {"event": "error", "message": "the answer is empty: nothing to score"}
 
 
+@pytest.mark.slow
 def test_shutdown_finishes_the_requests_in_flight(detector, serve):
     item = _items(6, 1)[0]
     got: list[httpx.Response] = []

@@ -5,10 +5,11 @@ T1 for row statistics, T2 for lookups), A64 the T3 column sums of every scored l
 hidden layer, L9 the logit statistics; a token probe reads every scored layer's head statistics, the
 logit statistics and, with a ``+hidden`` view, the hidden states.
 [`detector_reads`][halluprobe.reads.detector_reads] derives it from the saved detector;
-[`record_reads`][halluprobe.reads.record_reads] runs the forward with that request alone (no T3 pass when no column is read, only the layers read scored, no logits
-when none are read, and the decoder stack stopped after the last layer read) and fills what was not
-computed with NaN, so the result has the shapes of a full extraction and equals it on everything the
-detector reads. A NaN that reaches a score is refused by `Detector.score_records`, never used.
+[`record_reads`][halluprobe.reads.record_reads] runs the forward with that request alone (no T3
+pass when no column is read, only the layers read scored, no logits when none are read, and the
+decoder stack stopped after the last layer read) and fills what was not computed with NaN, so the
+result has the shapes of a full extraction and equals it on everything the detector reads. A NaN
+that reaches a score is refused by `Detector.score_records`, never used.
 """
 
 from __future__ import annotations
