@@ -401,8 +401,9 @@ def _run_body(
     layers: torch.nn.ModuleList,
     recorder: Recorder,
     inputs: dict,
+    stop_after: int | None = None,
 ):
-    """The body's forward (``out[0]``: the last hidden states).
+    """The body's forward (``out[0]``: the last hidden states; None when stopped after ``stop_after``).
 
     An error raised inside the decoder layers before any of them reached the ``"attnstats"`` attention
     gets a note that the family computes attention itself (as Bloom does, which then fails on the keep
@@ -412,8 +413,11 @@ def _run_body(
     handle = (
         layers[0].register_forward_pre_hook(lambda module, args: entered.append(True)) if layers else None
     )
+    stop = None if stop_after is None else layers[stop_after].register_forward_hook(_stop_forward)
     try:
         return body(**inputs, use_cache=False)
+    except _StopForward:
+        return None
     except Exception as exc:
         if entered and not recorder.reached:
             exc.add_note(
@@ -425,6 +429,30 @@ def _run_body(
     finally:
         if handle is not None:
             handle.remove()
+        if stop is not None:
+            stop.remove()
+
+
+class _StopForward(Exception):
+    """Raised after the last decoder layer a forward needs; `_run_body` ends the forward there."""
+
+
+def _stop_forward(module, args, output) -> None:
+    raise _StopForward
+
+
+def _last_layer_needed(
+    count: int, scored: tuple[int, ...], kept: tuple[int, ...], logits: bool
+) -> int | None:
+    """The last decoder layer whose output a forward needs, or None when it needs them all.
+
+    Without logit statistics and without the final normed state, nothing after the last scored layer
+    and the last kept hidden state (index ``i`` = output of layer ``i - 1``) is read.
+    """
+    if logits or count in kept:
+        return None
+    last = max([*scored, *(k - 1 for k in kept)], default=0)
+    return max(last, 0) if last < count - 1 else None
 
 
 def _padded_plan(input_ids, scored, request: StatsRequest, batch: _Batch, backend: str) -> Plan:
@@ -507,6 +535,9 @@ def record_forward(
             causal model. The statistics are the same either way; packing saves the padded work and
             the ``[B, 1, L, L]`` masks of a padded batch.
 
+    Without ``logits`` and without the final hidden state, the forward stops after the last decoder layer
+    it reads (the last scored layer or kept hidden state): the layers after it never run.
+
     Returns:
         ForwardStats with answer-aligned statistics (see [`flashstats_hf.ForwardStats`][]), on the
         model's device (inputs are moved there).
@@ -553,7 +584,8 @@ def record_forward(
     recorder = Recorder(plan)
     packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
     with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
-        out = _run_body(model, body, decoder_layers, recorder, inputs)
+        stop_after = _last_layer_needed(len(decoder_layers), scored, kept, logits)
+        out = _run_body(model, body, decoder_layers, recorder, inputs, stop_after)
         logit_stats = _logit_block(model, out[0], ids, seen) if logits else None
         if len(decoder_layers) in kept:
             capture._keep(len(decoder_layers), out[0])

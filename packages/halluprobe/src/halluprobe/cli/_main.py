@@ -19,6 +19,7 @@ from halluprobe.cli import _schemas as schemas
 from halluprobe.cli._general import add_general_args, check_general_flags
 from halluprobe.cli._inputs import check_detector_arg
 from halluprobe.cli._predict import cmd_predict
+from halluprobe.cli._serve import add_serve_parser, cmd_serve
 from halluprobe.cli._stream import add_stream_parser, cmd_stream
 from halluprobe.cli._transfer import add_transfer_parser, cmd_transfer
 
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
     add_transfer_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 
@@ -534,6 +536,7 @@ COMMANDS = {
     "predict": cmd_predict,
     "stream": cmd_stream,
     "transfer": cmd_transfer,
+    "serve": cmd_serve,
     "select-a7": cmd_select,
     "select-l9": cmd_select,
 }

@@ -227,14 +227,18 @@ class Detector:
         return {"feature_set": self.fit.feature_set, "threshold": self.fit.threshold, **self.fit.selection}
 
     def extractor(self, device: str | None = None):
-        """The proxy extractor (loads the proxy on first use)."""
+        """The proxy extractor (loads the proxy on first use); it computes only what this detector reads."""
         if self._extractor is None:
             from flashstats_hf import load_model
 
             from halluprobe.features._extract import ProxyExtractor
+            from halluprobe.features._reads import detector_reads
 
             model, tok = load_model(self.proxy, device=device)
-            self._extractor = ProxyExtractor(model, tok, self.layers, self.hidden_layers)
+            ext = ProxyExtractor(model, tok, self.layers, self.hidden_layers)
+            cfg = model.config
+            ext.reads = detector_reads(self, int(cfg.num_hidden_layers), int(cfg.num_attention_heads))
+            self._extractor = ext
         return self._extractor
 
     def predict(self, context: str, question: str, answer: str, *, device: str | None = None) -> Prediction:

@@ -16,6 +16,7 @@ hallucinated. The running probability costs one pooling of the per-token statist
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,10 +65,30 @@ class StreamingScorer:
         from flashstats_hf import DEFAULT_REQUEST, CachedRecorder
 
         ext = self.detector.extractor(self.device)
+        reads = getattr(ext, "reads", None)
+        if reads is None:
+            return CachedRecorder(
+                ext.model, prompt_len=prompt_len, request=DEFAULT_REQUEST, layers=ext.layers, logits=True,
+                hidden_layers=ext.hidden_layers,
+            )  # fmt: skip
+        request = dataclasses.replace(DEFAULT_REQUEST, lookups=reads.lookups, columns=reads.columns)
         return CachedRecorder(
-            ext.model, prompt_len=prompt_len, request=DEFAULT_REQUEST, layers=ext.layers, logits=True,
-            hidden_layers=ext.hidden_layers,
+            ext.model, prompt_len=prompt_len, request=request, layers=reads.layers, logits=reads.logits,
+            hidden_layers=reads.hidden_layers,
         )  # fmt: skip
+
+    def _stats(self, rec):
+        """The recorder's statistics, widened to a full extraction where only the detector's reads ran."""
+        ext = self.detector.extractor(self.device)
+        fs = rec.stats()
+        if getattr(ext, "reads", None) is None:
+            return fs
+        from halluprobe.features._reads import complete
+
+        cfg = ext.model.config
+        scored = tuple(range(int(cfg.num_hidden_layers))) if ext.layers is None else tuple(ext.layers)
+        heads, width = int(cfg.num_attention_heads), int(cfg.hidden_size)
+        return complete(fs, scored, tuple(ext.hidden_layers or ()), heads, width)
 
     def _update(
         self,
@@ -85,7 +106,7 @@ class StreamingScorer:
         if answer is None:
             answer = tok.decode(ids, clean_up_tokenization_spaces=False)
         pred = self.detector.score_stats(
-            rec.stats(), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh],
+            self._stats(rec), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh],
             text=(*prompt, answer),
         )  # fmt: skip
         return StreamUpdate(
@@ -252,7 +273,7 @@ class Follower:
         tokens = [self.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in self.fed]
         answer = self.tokenizer.decode(self.fed, clean_up_tokenization_spaces=False)
         return self.scorer.detector.score_stats(
-            self.rec.stats(), tokens, text=(self.context, self.question, answer)
+            self.scorer._stats(self.rec), tokens, text=(self.context, self.question, answer)
         )
 
     @property

@@ -163,6 +163,8 @@ class ProxyExtractor:
         backend: Kernel backend of the eager ``record_forward`` (``"auto"``, ``"triton"``, ``"torch"``).
         token_store: Also store every answer token's features and character offsets there
             (`halluprobe.features.TokenStore`, for the token probe); eager batches only.
+        reads: A `halluprobe.features._reads.DetectorReads`: eager forwards compute only that (NaN elsewhere);
+            None (default): everything.
     """
 
     model: Any
@@ -173,6 +175,7 @@ class ProxyExtractor:
     graph_buckets: tuple[int, int] | None = None
     backend: str = "auto"
     token_store: Any = None
+    reads: Any = None
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
     _graphed: Any = field(default=None, repr=False)
     _weights: str | None = field(default=None, repr=False)
@@ -263,6 +266,14 @@ class ProxyExtractor:
         dev = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch = collate(encoded, pad_token_id=int(pad)).to(dev)
+        if self.reads is not None:
+            from halluprobe.features._reads import record_reads
+
+            n = int(self.model.config.num_hidden_layers)
+            scored = tuple(range(n)) if self.layers is None else tuple(self.layers)
+            return record_reads(
+                self.model, batch, self.reads, scored, tuple(self.hidden_layers or ()), self.backend
+            )
         return record_forward(
             self.model,
             batch.input_ids,

@@ -1,0 +1,90 @@
+"""``halluprobe serve``: its parser and command (split from `halluprobe.cli`, which wires them in)."""
+
+from __future__ import annotations
+
+import os
+
+from halubench_data import clikit
+
+TOKEN_ENV = "HALLUPROBE_SERVE_TOKEN"
+"""Environment variable read once at start for the bearer token when ``--token`` is not given."""
+
+
+def add_serve_parser(sub) -> None:
+    """Adds the ``serve`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
+    from halluprobe.serving.config import ServeConfig
+
+    d = ServeConfig()
+    p = sub.add_parser(
+        "serve", help="serve a detector over HTTP: POST /v1/score, a stream WebSocket and a page at /",
+        description="Serve a detector over HTTP on 127.0.0.1 (loopback) unless --host says otherwise. "
+        "Answers that arrive together share one proxy forward. Needs the halluprobe[serve] extra.",
+    )  # fmt: skip
+    p.add_argument(
+        "detector", nargs="?", default=None,
+        help="folder of a saved detector (default: the packaged detector, where this halluprobe has one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument(
+        "--token", default=None,
+        help=f"bearer token that /v1/* requires (default: ${TOKEN_ENV} when set, else no token)",
+    )  # fmt: skip
+    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+                   help=f"how long a forward waits for more answers (default {d.max_wait_ms:g})")  # fmt: skip
+    p.add_argument("--max-batch", type=int, default=d.max_batch,
+                   help=f"most answers per proxy forward (default {d.max_batch})")  # fmt: skip
+    p.add_argument("--max-queue", type=int, default=d.max_queue,
+                   help=f"most answers queued, beyond it 503 (default {d.max_queue})")  # fmt: skip
+    p.add_argument("--max-items", type=int, default=d.max_items,
+                   help=f"most answers per request (default {d.max_items})")  # fmt: skip
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                   help=f"largest request body (default {d.max_body_bytes})")  # fmt: skip
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="most tokens per example; a longer one gets a 'too_long' error of its own "
+                   "(default: the proxy's position limit)")  # fmt: skip
+    clikit.add_device_arg(p)
+    clikit.add_autotune_arg(p)
+
+
+def load_served_detector(path: str | None):
+    """The detector at ``path``; with no path, the packaged one (``halluprobe.load()``)."""
+    from halluprobe.cli._main import load_detector
+
+    return load_detector(path)
+
+
+def cmd_serve(args) -> int:
+    """``halluprobe serve``: run the HTTP server until interrupted (requests in flight are finished)."""
+    for flag in ("max_batch", "max_queue", "max_items", "max_body_bytes"):
+        if getattr(args, flag) < 1:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.max_wait_ms < 0 or not 0 <= args.port <= 65535:
+        raise clikit.UsageError("--max-wait-ms must be >= 0 and --port in 0..65535")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise clikit.UsageError("--max-tokens must be >= 1")
+    try:
+        import uvicorn
+
+        from halluprobe.serving import ScoringService, ServeConfig, create_app
+    except ImportError as exc:
+        raise clikit.UsageError(
+            f"halluprobe serve needs the serve extra: pip install 'halluprobe[serve]' ({exc})"
+        ) from None
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    clikit.quiet_transformers()
+    device = clikit.resolve_device(args.device)
+    clikit.deterministic_kernels(device, args.autotune)
+    detector = load_served_detector(args.detector)
+    service = ScoringService(detector, device=device, max_tokens=args.max_tokens)
+    config = ServeConfig(
+        token=token, max_wait_ms=args.max_wait_ms, max_batch=args.max_batch, max_queue=args.max_queue,
+        max_items=args.max_items, max_body_bytes=args.max_body_bytes,
+    )  # fmt: skip
+    clikit.status(f"serving {detector.source or 'the packaged detector'} on http://{args.host}:{args.port}")
+    uvicorn.run(
+        create_app(service, config), host=args.host, port=args.port, log_level="info", access_log=False
+    )
+    return 0

@@ -1,0 +1,163 @@
+"""The library behind ``halluprobe serve``: score items, describe the detector, follow a stream.
+
+Every HTTP route of `halluprobe.serving.app` is one call of a
+[`ScoringService`][halluprobe.serving.ScoringService] method; all proxy work runs on one model
+thread, so the batched forwards and the streams never use the proxy at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from halluprobe.serving.schemas import DetectorCard, ItemError, ItemScore, ScoreItem, SpanOut, StreamEvent
+
+if TYPE_CHECKING:
+    from halluprobe.detectors._detector import Detector, Prediction
+    from halluprobe.detectors._streaming import Follower, StreamUpdate
+
+V = TypeVar("V")
+
+
+class ScoringService:
+    """A loaded detector ready to score requests.
+
+    Args:
+        detector: The [`Detector`][halluprobe.Detector] to serve (its proxy is loaded here).
+        device: Torch device of the proxy (None: the detector's default).
+        max_tokens: Most tokens of one formatted example (context, question and answer); a longer one
+            gets a ``too_long`` error of its own. None: the proxy's position limit.
+    """
+
+    def __init__(self, detector: Detector, *, device: str | None = None, max_tokens: int | None = None):
+        self.detector, self.device, self.max_tokens = detector, device, max_tokens
+        self.extractor = detector.extractor(device)
+        self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="halluprobe-proxy")
+        """The one thread that runs the proxy (batched forwards and streams alike)."""
+
+    def on_model_thread(self, fn: Callable[..., V], *args: Any) -> Any:
+        """A future of ``fn(*args)`` run on `model_thread`."""
+        return self.model_thread.submit(fn, *args)
+
+    def _check(self, i: int, item: ScoreItem) -> ItemError | list[int]:
+        """The item's answer token ids, or its error when it is empty or longer than the server reads."""
+        if not item.answer.strip():
+            return ItemError(error="empty_answer", message=f"item {i}: the answer is empty")
+        try:
+            ids, start = self.extractor.encode(_Item(f"item {i}", item.context, item.question, item.answer))
+        except ValueError as exc:
+            return ItemError(error="too_long", message=str(exc).splitlines()[0])
+        if self.max_tokens is not None and len(ids) > self.max_tokens:
+            return ItemError(
+                error="too_long",
+                message=f"item {i}: {len(ids)} tokens; this server reads at most {self.max_tokens} per "
+                "example",
+            )
+        return ids[start:]
+
+    def score(self, items: list[ScoreItem]) -> list[ItemScore | ItemError]:
+        """Score ``items`` in one batched proxy forward (those that fit); one result per item, in order.
+
+        An item that is too long or empty gets an [`ItemError`][halluprobe.serving.schemas.ItemError];
+        the others are scored as [`Detector.predict_batch`][halluprobe.Detector.predict_batch] scores
+        them (higher = more likely hallucinated).
+        """
+        from halluprobe.features._token_data import token_offsets
+
+        checked = [self._check(i, it) for i, it in enumerate(items)]
+        out: list[ItemScore | ItemError] = [c for c in checked if isinstance(c, ItemError)]
+        todo = [i for i, c in enumerate(checked) if not isinstance(c, ItemError)]
+        if not todo:
+            return out
+        triples = [(items[i].context, items[i].question, items[i].answer) for i in todo]
+        preds = iter(self.detector.predict_batch(triples, device=self.device, batch_size=len(triples)))
+        errors = iter(out)
+        results: list[ItemScore | ItemError] = []
+        for item, c in zip(items, checked, strict=True):
+            if isinstance(c, ItemError):
+                results.append(next(errors))
+                continue
+            offsets = token_offsets(self.extractor.tokenizer, item.answer, c)
+            results.append(item_score(next(preds), item.answer, offsets))
+        return results
+
+    def card(self) -> DetectorCard:
+        """The detector's card: proxy, feature set, threshold, training data, what is read."""
+        det = self.detector
+        extra = getattr(det, "card", None)  # a packaged detector may describe its training data
+        training = extra.get("training_data") if isinstance(extra, dict) else None
+        reads = getattr(self.extractor, "reads", None)
+        return DetectorCard(
+            source=None if det.source is None else str(det.source),
+            proxy=det.proxy or "SmolLM2-135M-Instruct (the default proxy)",
+            feature_set=det.fit.feature_set,
+            threshold=float(det.fit.threshold),
+            val_auroc=float(det.fit.val_auroc) if np.isfinite(det.fit.val_auroc) else None,
+            training_data=None if training is None else str(training),
+            layers=None if det.layers is None else list(det.layers),
+            hidden_layers=list(det.hidden_layers),
+            spans="token_probe" if det.token_probe is not None else "token_scores",
+            reads={} if reads is None else reads.describe(),
+        )
+
+    def follow(self, context: str, question: str) -> Follower:
+        """A `Follower` of an answer arriving in chunks (model thread)."""
+        from halluprobe.detectors._streaming import StreamingScorer
+
+        return StreamingScorer(self.detector, device=self.device).follow(context, question)
+
+    def close(self) -> None:
+        """Stop the model thread once its work is done."""
+        self.model_thread.shutdown(wait=True)
+
+
+def item_score(pred: Prediction, answer: str, offsets: np.ndarray) -> ItemScore:
+    """The response model of one prediction, each span with its confidence.
+
+    Args:
+        pred: The prediction.
+        answer: Its answer text.
+        offsets: ``[A, 2]`` character offsets of the answer tokens in ``answer``.
+    """
+    return ItemScore(
+        probability=float(pred.probability),
+        label=int(pred.label),
+        threshold=float(pred.threshold),
+        spans=[
+            SpanOut(
+                start=s.start,
+                end=s.end,
+                text=answer[s.start : s.end],
+                confidence=_confidence(s, pred, offsets),
+            )
+            for s in pred.spans
+        ],
+        answer_tokens=len(pred.tokens),
+    )
+
+
+def _confidence(span: Any, pred: Prediction, offsets: np.ndarray) -> float:
+    """The span's own confidence when it has one, else the mean score of the tokens it overlaps."""
+    own = getattr(span, "confidence", None)
+    if isinstance(own, int | float) and np.isfinite(own):
+        return float(own)
+    inside = (offsets[:, 0] < span.end) & (offsets[:, 1] > span.start)
+    scores = np.asarray(pred.token_scores)[inside]
+    return float(scores.mean()) if scores.size else float(pred.probability)
+
+
+def stream_event(update: StreamUpdate) -> StreamEvent:
+    """The ``tokens`` event of one update (the keys of ``halluprobe stream --json``)."""
+    return StreamEvent(
+        event="tokens", tokens=list(update.tokens), token_ids=[int(t) for t in update.token_ids],
+        token_scores=[float(x) for x in update.token_scores], probability=float(update.probability),
+        answer_tokens=int(update.answer_tokens),
+    )  # fmt: skip
+
+
+class _Item:
+    def __init__(self, id: str, context: str, question: str, answer: str) -> None:
+        self.id, self.context, self.question, self.answer = id, context, question, answer

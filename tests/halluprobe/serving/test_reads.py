@@ -1,0 +1,71 @@
+"""Detector-driven extraction: only what the detector reads is computed, and it equals a full extraction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flashstats_hf import collate, record_forward
+from halluprobe.features._extract import ProxyExtractor
+from halluprobe.features._reads import DetectorReads, detector_reads
+
+from .conftest import Ex, text, tiny_detector  # noqa: TID252
+
+
+def test_a7h64_reads_two_layers_no_columns_no_logits():
+    det = tiny_detector("A7H64", heads=(0, 5), layers=4)  # heads 0 and 5 of 4 per layer: layers 0 and 1
+    reads = detector_reads(det, n_layers=4, n_heads=4)
+    assert reads == DetectorReads(layers=(0, 1), lookups=reads.lookups, columns=False, logits=False,
+                                  hidden_layers=det.hidden_layers)  # fmt: skip
+    full = ProxyExtractor(det.extractor().model, det.extractor().tokenizer, None, det.hidden_layers)
+    ext = det.extractor()
+    assert ext.reads == reads  # the detector's extractor computes only its reads
+    rng = np.random.default_rng(3)
+    items = [Ex(f"x{i}", text(rng, 9 + i), text(rng, 2), text(rng, 3 + i)) for i in range(3)]
+    got, want = ext(items), full(items)
+    read = [0, 1]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.head_stats[read], w.head_stats[read], atol=1e-5)
+        np.testing.assert_allclose(g.hidden_pooled, w.hidden_pooled, atol=1e-5)
+        assert np.isnan(g.sink_topk).all() and np.isnan(g.logit_pooled).all()  # no T3, no logits
+    np.testing.assert_allclose(det.score_records(got), det.score_records(want), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_record_forward_stops_after_the_last_layer_it_reads():
+    det = tiny_detector("A7", heads=(1,), layers=4)
+    model = det.extractor().model
+    ran: list[int] = []
+    hooks = [
+        layer.register_forward_hook(lambda m, a, o, i=i: ran.append(i))
+        for i, layer in enumerate(model.model.layers)
+    ]
+    ext = det.extractor()
+    batch = collate([ext.encode(Ex("a", "w1 w2 w3", "w4", "w5 w6"))], pad_token_id=0)
+    try:
+        part = record_forward(model, batch.input_ids, response_start=batch.response_start, layers=[1],
+                              logits=False, hidden_layers=[1])  # fmt: skip
+        assert ran == [0, 1]
+        ran.clear()
+        whole = record_forward(model, batch.input_ids, response_start=batch.response_start, hidden_layers=[1])
+        assert ran == [0, 1, 2, 3]
+    finally:
+        for h in hooks:
+            h.remove()
+    torch.testing.assert_close(part.rows.entropy[:, 0], whole.rows.entropy[:, 1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(part.hidden, whole.hidden)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["A64L9", "A7H64"])
+def test_predictions_equal_a_full_extraction(kind):
+    det = tiny_detector(kind, heads=(2, 9), layers=3)
+    assert det.extractor().reads.columns == ("A64" in kind)
+    rng = np.random.default_rng(8)
+    triples = [(text(rng, 10), text(rng, 2), text(rng, 4)) for _ in range(3)]
+    got = det.predict_batch(triples)
+    det.extractor().reads = None  # a full extraction
+    want = det.predict_batch(triples)
+    for g, w in zip(got, want, strict=True):
+        assert g.probability == pytest.approx(w.probability, abs=1e-6)
+        np.testing.assert_allclose(g.token_scores, w.token_scores, atol=1e-6)
