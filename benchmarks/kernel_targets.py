@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHARES = {"fuzz": 0.45, "t3": 0.2, "tests": 0.1, "decode": 0.15, "d64": 0.1}
+SHARES = {"fuzz": 0.3, "t3": 0.25, "tests": 0.2, "decode": 0.15, "d64": 0.1}
 
 
 def _run(cmd: list[str], budget: float, log: Path, env: dict | None = None) -> tuple[int, float]:
