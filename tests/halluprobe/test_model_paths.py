@@ -9,7 +9,7 @@ from flashstats_hf import ATTN_IMPLEMENTATION
 from halluprobe.blocks import induction_scores, rank_heads
 from halluprobe.detectors import mtopdiv
 from halluprobe.features import HEAD_STATS, ProxyExtractor, reduce_forward
-from halluprobe.features._toha import dense_mtopdiv
+from halluprobe.features._toha import recorded_mtopdiv
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
@@ -63,18 +63,42 @@ def test_records_match_eager_attention(tiny):
             np.testing.assert_allclose(rec.sink_topk[layer, :, : col.shape[1]], col, rtol=1e-4, atol=1e-6)
 
 
-def test_dense_mtopdiv_matches_eager_blocks(tiny):
+def test_toha_reads_the_blocks_of_the_one_recorded_forward(tiny):
+    """MTopDiv from the recorded forward equals the eager output_attentions reference (float tolerance)."""
     rng = np.random.default_rng(1)
     encoded = [(rng.integers(5, 100, 12).tolist(), 8), (rng.integers(5, 100, 7).tolist(), 3)]
-    got = dense_mtopdiv(tiny, encoded, (0, 2))
+    ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0), layers=(0, 2), toha=True)
+    calls = []
+    handles = [
+        tiny.model.layers[0].register_forward_pre_hook(lambda m, a: calls.append("layer0")),
+        tiny.register_forward_pre_hook(lambda m, a, kw: calls.append(kw), with_kwargs=True),
+    ]
+    ext.encode = lambda ex: ex.encoded  # type: ignore[method-assign]  # token ids without a tokenizer
+    try:
+        recs = ext([SimpleNamespace(id=str(b), encoded=e) for b, e in enumerate(encoded)])
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == ["layer0"]  # one forward of the body, never the LM with output_attentions
+    got = recorded_mtopdiv(ext.forward(encoded))
     assert got.shape == (2, 2, 4)
-    assert tiny.config._attn_implementation == ATTN_IMPLEMENTATION
     for b, (ids, start) in enumerate(encoded):
         att = _eager_attn(tiny, ids)
         for i, layer in enumerate((0, 2)):
             for h in range(4):
                 ref = mtopdiv(att[layer][0, h, start:].double().numpy(), start)
                 assert float(got[b, i, h]) == pytest.approx(ref, abs=1e-5)
+                assert float(recs[b].mtopdiv[i, h]) == pytest.approx(ref, abs=1e-5)
+
+
+def test_toha_code_path_never_asks_for_output_attentions():
+    import inspect
+
+    import halluprobe.features._extract
+    import halluprobe.features._toha
+
+    assert "output_attentions" not in inspect.getsource(halluprobe.features._toha)
+    assert "output_attentions" not in inspect.getsource(halluprobe.features._extract)
 
 
 def test_induction_scores_and_ranking(tiny):

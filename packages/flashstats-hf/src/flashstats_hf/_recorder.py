@@ -8,7 +8,7 @@ function only slices, calls the kernel and gathers (no host reads inside layers)
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ from flashstats_kernels import (
     LookupStats,
     RowStats,
     StatsRequest,
+    dense_response_block,
     response_attention,
 )
 
@@ -87,6 +88,8 @@ class Plan:
     the row statistics are then used as the kernels return them, without a gather per field."""
     packing: Packing | None = None
     """The documents of a packed forward (one sequence of ``length`` tokens, no padding), or None."""
+    dense_heads: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """Scored layer -> query heads whose response block is materialised (T4) in the same forward."""
 
 
 @dataclass
@@ -126,6 +129,8 @@ class Recorder:
 
     plan: Plan
     results: dict[int, LayerStats] = field(default_factory=dict)
+    dense: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Layer -> ``[B, H', A, L] float32`` response block of its ``plan.dense_heads`` (answer-aligned)."""
     reached: set[int] = field(default_factory=set)
     """Layer indices whose attention called the ``"attnstats"`` function (scored or not)."""
     _masks: dict[tuple[str, int | None], torch.Tensor | None] = field(default_factory=dict)
@@ -224,6 +229,7 @@ class Recorder:
             backend=plan.backend,
         )
         self.results[layer_idx] = self._answer_aligned(result)
+        self._keep_dense(layer_idx, query, key, scale=scale, softcap=softcap, window=window)
         return torch.cat([out_prompt, result.out], dim=2)
 
     def _score_packed(self, layer_idx, query, key, value, *, scale, softcap, window) -> torch.Tensor:
@@ -235,7 +241,35 @@ class Recorder:
         result = packed_response(plan.packing, query, key, value, request=plan.request, **options)
         out.index_copy_(0, plan.packing.answer_index, result.out)
         self.results[layer_idx] = LayerStats(*unpack_result(plan.packing, result, plan.answer_mask))
+        self._keep_dense(layer_idx, query, key, scale=scale, softcap=softcap, window=window)
         return out[None].transpose(1, 2)
+
+    def _keep_dense(self, layer_idx, query, key, *, scale, softcap, window) -> None:
+        """T4: the response block of the layer's chosen heads, answer-aligned, ``[B, H', A, L] float32``.
+
+        Only ``plan.dense_heads[layer_idx]`` are materialised (``B * H' * R * L`` weights, plus the
+        same again transiently for the softmax); keys are padded positions as for the columns. A
+        packed forward gathers its documents back into the padded layout first.
+        """
+        heads = self.plan.dense_heads.get(layer_idx)
+        if not heads:
+            return
+        plan = self.plan
+        if plan.packing is None:
+            q, k, keep = query[:, :, plan.length - plan.rows :], key, plan.key_mask
+        else:
+            index = plan.packing.key_index  # [B, L] packed position of padded key j
+            length = index.shape[1]
+            q = query[0][:, index[:, length - plan.rows :]].transpose(0, 1)  # [B, Hq, R, D]
+            k = key[0][:, index].transpose(0, 1)  # [B, Hkv, L, D]
+            keep = torch.arange(length, device=index.device)[None] >= plan.packing.n_pad  # [B, L]
+        block = dense_response_block(
+            q, k, key_mask=keep, scale=scale, softcap=softcap, window=window, heads=heads
+        )  # [B, H', R, L]
+        if not plan.aligned:
+            idx = plan.row_index[:, None, :, None].expand(-1, block.shape[1], -1, block.shape[3])
+            block = torch.where(plan.answer_mask[:, None, :, None], block.gather(2, idx), 0.0)
+        self.dense[layer_idx] = block
 
     def plain_packed(self, query, key, value, *, scale, softcap, window) -> torch.Tensor:
         """Unscored attention of a packed forward, within documents: ``[1, Hq, T, D]``."""

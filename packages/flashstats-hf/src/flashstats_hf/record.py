@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -501,6 +501,7 @@ def record_forward(
     hidden_layers: int | Sequence[int] | None = None,
     backend: str = "auto",
     pack: bool | None = None,
+    dense_heads: Mapping[int, Sequence[int]] | None = None,
 ) -> ForwardStats:
     """Runs one teacher-forced forward and returns the statistics of the answer tokens.
 
@@ -534,6 +535,11 @@ def record_forward(
             the CPU), or as the left-padded batch. None packs batches of more than one example of a
             causal model. The statistics are the same either way; packing saves the padded work and
             the ``[B, 1, L, L]`` masks of a padded batch.
+        dense_heads: T4 in the same forward: scored layer -> query heads whose response block (the
+            softmax weights of the answer rows over all keys) is materialised while the layer runs and
+            returned in ``ForwardStats.dense``. Only these heads are materialised: the blocks hold
+            ``4 * B * A * L * sum_l |dense_heads[l]|`` bytes, and a layer adds transiently about as
+            much again for its own heads' scores. None (default): no block.
 
     Without ``logits`` and without the final hidden state, the forward stops after the last decoder layer
     it reads (the last scored layer or kept hidden state): the layers after it never run.
@@ -570,6 +576,7 @@ def record_forward(
         else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
     )
     resolved = _resolve_request(request, batch)
+    dense = _dense_heads(dense_heads, scored, len(decoder_layers), _query_heads(model))
     if _packs(pack, model, batch):
         packing = build_packing(input_ids, batch.key_mask, batch.prompt_len, batch.answer_len)
         plan = _packed_plan(packing, scored, resolved, batch, backend)
@@ -581,7 +588,7 @@ def record_forward(
         position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
         inputs = {"input_ids": ids, "attention_mask": batch.key_mask if batch.padded else None}
         inputs["position_ids"] = position_ids
-    recorder = Recorder(plan)
+    recorder = Recorder(dataclasses.replace(plan, dense_heads=dense))
     packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
     with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
         stop_after = _last_layer_needed(len(decoder_layers), scored, kept, logits)
@@ -606,4 +613,42 @@ def record_forward(
         hidden_layers=kept,
         hidden=torch.stack([capture.states[i] for i in kept], dim=1) if kept else None,
         response_start=batch.response_start,
+        dense={i: recorder.dense[i] for i in done if i in recorder.dense},
+        dense_heads={i: dense[i] for i in done if i in dense},
     )
+
+
+def _query_heads(model: torch.nn.Module) -> int | None:
+    """Number of query heads of the model's attention (None when the config does not say)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None else None
+    heads = getattr(text, "num_attention_heads", None)
+    return heads if isinstance(heads, int) else None
+
+
+def _dense_heads(
+    value: object, scored: tuple[int, ...], count: int, q_heads: int | None
+) -> dict[int, tuple[int, ...]]:
+    """``record_forward(dense_heads=...)`` checked: scored layer index -> query heads, in order."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"dense_heads must be None or a mapping layer -> heads, got {type(value).__name__}")
+    out: dict[int, tuple[int, ...]] = {}
+    for layer, heads in value.items():
+        (index,) = _layer_indices(layer, count, "dense_heads layers")
+        if index not in scored:
+            raise ValueError(f"dense_heads names layer {layer}, which is not scored (layers={list(scored)})")
+        if (
+            isinstance(heads, int)
+            or not isinstance(heads, Sequence)
+            or not heads
+            or not all(isinstance(h, int) and not isinstance(h, bool) for h in heads)
+        ):
+            raise TypeError(
+                f"dense_heads[{layer}] must be a non-empty sequence of head indices, got {heads!r}"
+            )
+        if q_heads is not None and any(not 0 <= h < q_heads for h in heads):
+            raise ValueError(f"dense_heads[{layer}] must lie in [0, {q_heads}), got {list(heads)}")
+        out[index] = tuple(heads)
+    return out

@@ -9,7 +9,7 @@ the ``A`` axis whatever the padding of the input).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
@@ -40,6 +40,12 @@ class ForwardStats:
     """Indices of the kept hidden states, as in Transformers' ``output_hidden_states``: 0 = the input
     of the first decoder layer (embeddings), ``i`` = the output of decoder layer ``i - 1`` (0-based),
     and the last index (the number of layers) the final normed state."""
+    dense: dict[int, torch.Tensor] = field(default_factory=dict)
+    """T4, only for the layers and heads named by ``record_forward(dense_heads=...)``: layer index ->
+    ``[B, H', A, L] float32`` attention weights of each answer token (rows, answer-aligned, zero past
+    the answer) over the padded key positions (zero on padding), heads in ``dense_heads[layer]`` order."""
+    dense_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Layer index -> the query heads of its ``dense`` block, in order."""
     layers: tuple[int, ...]
     """Indices of the scored layers, in the order of the ``NL`` axis."""
     answer_mask: torch.Tensor

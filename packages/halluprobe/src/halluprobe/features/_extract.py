@@ -155,7 +155,9 @@ class ProxyExtractor:
         layers: Scored layers (``None``: all).
         hidden_layers: Hidden states kept for H64, numbered as ``record_forward`` does (0 = embeddings,
             ``i`` = output of block ``i - 1``); ``None``: the middle layer's output.
-        toha: Also compute TOHA's MTopDiv of every head from the dense response block.
+        toha: Also compute TOHA's MTopDiv of every head from the dense response block, which the
+            recorded forward materialises for every head of the scored layers (one eager forward per
+            batch: with TOHA, ``graph_buckets`` is not used).
         graph_buckets: ``(length_step, rows_step)`` to run each example through
             [`flashstats_hf.GraphedRecorder`][] (one CUDA graph per shape bucket, replayed) instead of
             one eager batched ``record_forward``: the same records, without the eager host cost per
@@ -263,6 +265,8 @@ class ProxyExtractor:
         """One recorded forward of a batch of encoded examples (left padding, BOS sink = first real key)."""
         from flashstats_hf import DEFAULT_REQUEST, collate, record_forward
 
+        from halluprobe.features._toha import dense_heads_of
+
         dev = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch = collate(encoded, pad_token_id=int(pad)).to(dev)
@@ -284,7 +288,14 @@ class ProxyExtractor:
             logits=True,
             hidden_layers=self.hidden_layers,
             backend=self.backend,
+            dense_heads=dense_heads_of(self.model, self._layers()) if self.toha else None,
         )
+
+    def _layers(self) -> tuple[int, ...]:
+        """The scored layers (all when ``layers`` is None)."""
+        if self.layers is not None:
+            return tuple(sorted({int(i) for i in self.layers}))
+        return tuple(range(int(self.model.config.get_text_config().num_hidden_layers)))
 
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
         """Records of ``batch``, in order, with their text-only grounding features."""
@@ -297,15 +308,16 @@ class ProxyExtractor:
         if self._graphed is not None:
             if self.token_store is not None:
                 raise ValueError("token_store needs eager batches (graph_buckets=None)")
-            return self._replayed(batch, encoded)
+            if not self.toha:  # the dense blocks TOHA reads are not captured in the graphs
+                return self._replayed(batch, encoded)
         fs = self.forward(encoded)
-        mtop = None
-        if self.toha:
-            from halluprobe.features._toha import dense_mtopdiv
-
-            mtop = dense_mtopdiv(self.model, encoded, fs.layers)
         if self.token_store is not None:
             self._store_tokens(batch, encoded, fs)
+        mtop = None
+        if self.toha:
+            from halluprobe.features._toha import recorded_mtopdiv
+
+            mtop = recorded_mtopdiv(fs)
         return reduce_forward(fs, [ex.id for ex in batch], mtopdiv=mtop)
 
     def _store_tokens(self, batch: list[Any], encoded: list[tuple[list[int], int]], fs) -> None:
@@ -317,15 +329,10 @@ class ProxyExtractor:
             self.token_store.write(ex.id, parts, token_offsets(self.tokenizer, ex.answer, ids[start:]))
 
     def _replayed(self, batch: list[Any], encoded: list[tuple[list[int], int]]) -> list[ExampleRecord]:
-        """Records from graph replays, one example at a time (TOHA, if asked, still runs batched)."""
+        """Records from graph replays, one example at a time."""
         dev = next(self.model.parameters()).device
-        mtop = None
-        if self.toha:
-            from halluprobe.features._toha import dense_mtopdiv
-
-            mtop = dense_mtopdiv(self.model, encoded, self._graphed.layers)
         out = []
-        for b, (ex, (ids, start)) in enumerate(zip(batch, encoded, strict=True)):
+        for ex, (ids, start) in zip(batch, encoded, strict=True):
             fs = self._graphed(torch.tensor([ids], device=dev), response_start=start)
-            out += reduce_forward(fs, [ex.id], mtopdiv=None if mtop is None else mtop[b : b + 1])
+            out += reduce_forward(fs, [ex.id])
         return out

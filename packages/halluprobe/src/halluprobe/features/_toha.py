@@ -1,9 +1,10 @@
 """TOHA's dense input: the response block of every head, materialised (tier T4), reduced to MTopDiv.
 
-Only runs when TOHA is requested. Each example is run alone (no padding) through the model's eager
-attention with ``output_attentions=True``; the ``[R, L]`` response rows of every scored head are
-reduced to one MTopDiv value on the device by `mtopdiv_batched` (all heads at once; the NumPy
-[`halluprobe.detectors.mtopdiv`][halluprobe.mtopdiv] is its reference) and the dense maps are dropped.
+Only runs when TOHA is requested. The recorded forward itself materialises the ``[A, L]`` response
+block of the requested heads (``record_forward(..., dense_heads=...)``, tier T4 in the same forward:
+no second forward, no full attention maps); `recorded_mtopdiv` reduces each to one MTopDiv value on
+the device by `mtopdiv_batched` (all heads at once; the NumPy
+[`halluprobe.detectors.mtopdiv`][halluprobe.mtopdiv] is its reference).
 """
 
 from __future__ import annotations
@@ -56,24 +57,29 @@ def mtopdiv_batched(rows: torch.Tensor, prompt_len: int) -> torch.Tensor:
     return total / r
 
 
-@torch.no_grad()
-def dense_mtopdiv(model, encoded: list[tuple[list[int], int]], layers: tuple[int, ...]) -> torch.Tensor:
-    """``[B, NL, H] float32`` MTopDiv of every head of the scored ``layers`` for each encoded example.
+def dense_heads_of(model, layers: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Every query head of each scored layer: the ``dense_heads`` TOHA asks ``record_forward`` for."""
+    config = model.config.get_text_config()
+    return {layer: tuple(range(int(config.num_attention_heads))) for layer in layers}
+
+
+def recorded_mtopdiv(fs) -> torch.Tensor:
+    """``[B, NL, H] float32`` (on the CPU) MTopDiv of every head whose block the forward recorded.
+
+    Reads the response blocks that ``record_forward(..., dense_heads=...)`` materialised in the same
+    forward (`flashstats_hf.ForwardStats.dense`, one ``[B, H, A, L]`` block per scored layer, every
+    layer with the same number of heads); no second forward.
 
     Args:
-        model: The proxy (its attention implementation is switched to eager for the call).
-        encoded: ``(token ids, index of the first answer token)`` per example.
-        layers: Scored layer indices, in the order of the records' layer axis.
+        fs: A `flashstats_hf.ForwardStats` whose ``dense`` holds every layer of ``fs.layers``.
     """
-    dev = next(model.parameters()).device
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
+    missing = [layer for layer in fs.layers if layer not in fs.dense]
+    if missing:
+        raise ValueError(f"TOHA needs the response blocks of every scored layer; layers {missing} have none")
     out = []
-    try:
-        for ids, start in encoded:
-            att = model(input_ids=torch.tensor([ids], device=dev), output_attentions=True, use_cache=False)
-            rows = torch.cat([att.attentions[i][0, :, start:, :] for i in layers])  # [NL * H, R, L]
-            out.append(mtopdiv_batched(rows, start).view(len(layers), -1).float().cpu())
-    finally:
-        model.set_attn_implementation(previous)
+    lengths = fs.key_mask.sum(1).tolist()
+    for b, (a, p, n) in enumerate(zip(fs.answer_len.tolist(), fs.prompt_len.tolist(), lengths, strict=True)):
+        pad = fs.key_mask.shape[1] - n
+        rows = torch.cat([fs.dense[layer][b, :, :a, pad:] for layer in fs.layers])  # [NL * H, A_b, L_b]
+        out.append(mtopdiv_batched(rows, p).view(len(fs.layers), -1).float().cpu())
     return torch.stack(out)
