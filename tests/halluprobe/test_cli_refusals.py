@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from halluprobe.cli import parse_layers
+from halluprobe.cli._main import parse_layers
 from halubench_data import load, write_jsonl
 
 RUN = (

@@ -4,7 +4,8 @@ import hashlib
 
 import numpy as np
 import pytest
-from halluprobe import Detector, fill_grounding, fit_general, general as gen, train_general
+from halluprobe import Detector, fill_grounding, fit_general, train_general
+from halluprobe.training import _general as gen
 from halubench_data import Dataset, Example
 
 SETS = ("GL9", "GA7L9", "GH64")

@@ -90,7 +90,7 @@ def _g_detector(record_factory, name="GA7L9"):
 def test_detector_with_g_saves_loads_and_checks_its_features(record_factory, tmp_path):
     import json
 
-    from halluprobe import detector_file as dfile
+    from halluprobe.detectors import _detector_file as dfile
 
     det, recs = _g_detector(record_factory)
     det.save(tmp_path / "d")

@@ -63,7 +63,7 @@ def check_general_flags(args) -> list[str]:
 def _load_sources(specs: list[str], args) -> list:
     from halubench_data import load
 
-    from halluprobe.cli import parse_limit
+    from halluprobe.cli._main import parse_limit
 
     datasets, names = [], set()
     for spec in specs:

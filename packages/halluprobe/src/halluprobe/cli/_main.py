@@ -289,7 +289,7 @@ def _setup(args, ds):
     ``torchrun`` starts one process per device.
     """
     if args.command.startswith("select-"):
-        from halluprobe.blocks import A7_CANDIDATES, L9_CANDIDATES
+        from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES
 
         block = args.command.removeprefix("select-").upper()
         n = len(A7_CANDIDATES if block == "A7" else L9_CANDIDATES)
@@ -390,7 +390,7 @@ def cmd_train(args) -> int:
     if not sets:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     if args.general:
-        from halluprobe.blocks import parse_feature_set
+        from halluprobe.blocks._blocks import parse_feature_set
         from halluprobe.cli._general import cmd_train_general
 
         for name in sets:
@@ -406,9 +406,9 @@ def cmd_train(args) -> int:
         if (path := getattr(args, f"{block}_selection")) is not None:
             clikit.read_bounded(path, f"--{block}-selection", MAX_SELECTION_BYTES)
     data = _check_run(args)
-    from halluprobe.blocks import parse_feature_set
+    from halluprobe.blocks._blocks import parse_feature_set
     from halluprobe.features._distributed import close_world
-    from halluprobe.training import run_training
+    from halluprobe.training._training import run_training
 
     for name in sets:
         parse_feature_set(name)  # a bad name fails before the proxy runs

@@ -6,7 +6,7 @@ from typing import Any
 
 from halubench_data import clikit
 
-from halluprobe import _cli_schemas as schemas
+from halluprobe.cli import _schemas as schemas
 from halluprobe.cli._inputs import InputRows, check_detector_arg, read_rows
 
 

@@ -16,7 +16,7 @@ def add_stream_parser(sub) -> None:
     p = sub.add_parser(
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
-    from halluprobe.cli import DETECTOR_HELP
+    from halluprobe.cli._main import DETECTOR_HELP
 
     p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", required=True, help="the context the answer must be supported by")

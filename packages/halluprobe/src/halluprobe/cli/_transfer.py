@@ -72,7 +72,7 @@ def _records(datasets, args) -> tuple[dict, list[int], list[str]]:
     from flashstats_hf import LOGIT_STAT_NAMES, load_model
 
     from halluprobe.blocks._induction import induction_scores, rank_heads
-    from halluprobe.cli import load_proxy, parse_layers
+    from halluprobe.cli._main import load_proxy, parse_layers
     from halluprobe.features._cache import FeatureCache
     from halluprobe.features._extract import ProxyExtractor, extract_records
 
@@ -96,8 +96,8 @@ def cmd_transfer(args) -> int:
     """``halluprobe transfer``: the leave-one-source-out table, with floors and calibration."""
     from halubench_data import load
 
-    from halluprobe.blocks import parse_feature_set
-    from halluprobe.cli import parse_layers
+    from halluprobe.blocks._blocks import parse_feature_set
+    from halluprobe.cli._main import parse_layers
     from halluprobe.evaluation._transfer import (
         Fitter,
         floor_fitter,

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from halubench_data.files import atomic_path, atomic_write_bytes
 
-from halluprobe import detector_file as dfile
 from halluprobe._numeric import sigmoid
-from halluprobe.blocks import Standardizer, block_from_state
+from halluprobe.blocks._blocks import Standardizer, block_from_state
+from halluprobe.detectors import _detector_file as dfile
 from halluprobe.features._cache import sha256_file
 from halluprobe.features._token_data import TOKEN_VIEWS
-from halluprobe.localisation import TokenProbe
+from halluprobe.localisation._localisation import TokenProbe
 from halluprobe.localisation._verdict_spans import PredictedSpan
 from halluprobe.training._protocol import ProbeFit
 
@@ -342,7 +342,7 @@ class Detector:
     ) -> Prediction:  # fmt: skip
         answer = text[2]
         from halluprobe.features._token_data import token_features, token_offsets
-        from halluprobe.localisation import decode_spans
+        from halluprobe.localisation._localisation import decode_spans
         from halluprobe.localisation._verdict_spans import token_probe_probs, verdict_spans
 
         ids, start = encoded

@@ -144,7 +144,7 @@ def check_document(doc: Any, where: str) -> None:
 
 def _check_meaning(doc: dict[str, Any], where: str) -> None:
     """The fields agree with each other: blocks with the feature set, K and k with the blocks, H64's layer."""
-    from halluprobe.blocks import BLOCK_NAMES, parse_feature_set
+    from halluprobe.blocks._blocks import BLOCK_NAMES, parse_feature_set
 
     names = [b.get("name") for b in doc["blocks"]]
     for i, name in enumerate(names):

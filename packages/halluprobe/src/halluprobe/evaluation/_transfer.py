@@ -151,7 +151,7 @@ def probe_fitter(feature_sets: Sequence[str], head_order: Sequence[int], **selec
 
 def published_fitter(head_order: Sequence[int], logit_names: Sequence[str], toha: bool = False) -> Fitter:
     """The published detectors of `halluprobe.training.fit_published` on the pooled splits (unweighted)."""
-    from halluprobe.training import fit_published
+    from halluprobe.training._training import fit_published
 
     def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
         recs = {"train": train.record_list(), "validation": validation.record_list()}

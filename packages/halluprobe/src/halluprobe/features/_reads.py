@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from halluprobe.blocks import HEAD_FEATURES
+from halluprobe.blocks._blocks import HEAD_FEATURES
 
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats

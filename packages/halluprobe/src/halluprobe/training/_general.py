@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from halubench_data.metrics import auroc, best_by_validation
 
-from halluprobe.blocks import A7_SELECTION, L9_SELECTION, Standardizer, parse_feature_set
+from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, Standardizer, parse_feature_set
 from halluprobe.detectors._detector import Detector
 from halluprobe.features._records import ExampleRecord
 from halluprobe.training._protocol import CS, ProbeFit, make_blocks, select_heads, select_sink_count
