@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from halluprobe.blocks import (
         A7Block,
         A64Block,
+        GBlock,
         H64Block,
         L9Block,
         Selection,

@@ -30,7 +30,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from halubench_data.metrics import f1_at
@@ -290,8 +290,12 @@ def plot_reliability(path, curves: Mapping[str, ReliabilityCurve], title: str = 
 
 
 def calibrate_probe(
-    fit, val_records, y_val: np.ndarray, val_sources: Sequence[str], rule: ThresholdRule = "mean-f1"
-):
+    fit: Any,
+    val_records: list[Any],
+    y_val: np.ndarray,
+    val_sources: Sequence[str],
+    rule: ThresholdRule = "mean-f1",
+) -> Any:
     """A copy of a `halluprobe.ProbeFit` whose probabilities are Platt-calibrated and thresholded to transfer.
 
     Platt scaling of the probe's decision function on the validation records (each source weighted
