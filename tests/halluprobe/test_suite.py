@@ -12,6 +12,10 @@ from halubench_data import Dataset, build_default, concat
 SETS = ("A7", "L9", "A7L9")
 
 
+# tiny synthetic fits: the degenerate-fit warning is expected and tested elsewhere
+pytestmark = pytest.mark.filterwarnings("ignore::halluprobe.training._calibration.DegenerateFitWarning")
+
+
 def _renamed(ds, prefix: str, name: str) -> Dataset:
     return Dataset(tuple(dataclasses.replace(e, id=prefix + e.id, group=prefix + e.group) for e in ds), name)
 

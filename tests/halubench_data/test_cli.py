@@ -151,16 +151,16 @@ def test_build_refuses_a_builder_flag_it_would_ignore(tmp_path, capsys, flags, m
     ],
 )
 def test_build_refuses_options_that_contradict_the_builder(tmp_path, capsys, spec, flags, match):
-    out = tmp_path / "x.jsonl"
-    assert main(["build", spec.replace("SRC", str(tmp_path)), "--out", str(out), *flags]) == 2
+    out = tmp_path / "x"
+    assert main(["build", "--dataset", spec.replace("SRC", str(tmp_path)), "--out", str(out), *flags]) == 2
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_the_fewest_default_contexts_fill_every_split(tmp_path):
-    out = tmp_path / "d.jsonl"
-    assert main(["build", "default", "--out", str(out), "--n-contexts", "12"]) == 0
-    ds = read_jsonl(out)
+    out = tmp_path / "d"
+    assert main(["build", "--dataset", "default", "--out", str(out), "--n-contexts", "12"]) == 0
+    ds = read_jsonl(out / "dataset.jsonl")
     assert all(len(ds.split(s).examples) > 0 for s in ("train", "validation", "test"))
 
 

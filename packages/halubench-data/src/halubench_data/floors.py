@@ -56,17 +56,16 @@ def grounding_matrix(examples: Iterable[Example]) -> np.ndarray:
 
 @dataclass
 class GroundingFloor:
-    """Logistic regression on `grounding_matrix`; ``C`` chosen by validation AUROC.
-
-    Attributes:
-        C_: the chosen inverse regularisation strength.
-        model_: the fitted scikit-learn pipeline (scaler, logistic regression).
-    """
+    """Logistic regression on `grounding_matrix`; ``C`` chosen by validation AUROC."""
 
     c_grid: Sequence[float] = C_GRID
+    """Inverse regularisation strengths tried."""
     seed: int = 42
+    """Seed of the solver."""
     C_: float = float("nan")
+    """The chosen inverse regularisation strength (after `fit`)."""
     model_: Any = None
+    """The fitted scikit-learn pipeline (scaler, logistic regression), after `fit`."""
 
     def fit(
         self,
@@ -103,7 +102,8 @@ def floor_scores(ds: Dataset, *, seed: int = 42) -> dict[str, tuple[np.ndarray, 
     The grounding floor is fitted on the training split, ``C`` chosen on validation.
 
     Returns:
-        ``{name: (validation scores [N_val], test scores [N_test])}``, higher = more likely hallucinated.
+        dict[str, tuple[np.ndarray, np.ndarray]]: ``{name: (validation scores [N_val], test scores
+        [N_test])}``, higher = more likely hallucinated.
 
     Raises:
         ValueError: when the training or validation split lacks one of the labels.

@@ -63,7 +63,7 @@ def check_general_flags(args) -> list[str]:
 def _load_sources(specs: list[str], args) -> list:
     from halubench_data import load
 
-    from halluprobe.cli._main import parse_limit
+    from halluprobe.cli._common import parse_limit
 
     datasets, names = [], set()
     for spec in specs:
@@ -82,8 +82,8 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
     """``halluprobe train --general``: extract (or reuse) every source's records and fit `fit_general`."""
     from flashstats_hf import load_model
 
-    from halluprobe import cli
     from halluprobe.blocks._induction import induction_scores, rank_heads
+    from halluprobe.cli._common import check_sizes, load_proxy, parse_layers
     from halluprobe.features._cache import FeatureCache
     from halluprobe.features._distributed import World
     from halluprobe.features._extract import ProxyExtractor, extract_records
@@ -93,16 +93,16 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     out = clikit.check_out_dir(args.out)
-    cli.parse_layers(args.layers)
-    cli._check_sizes(args)
+    parse_layers(args.layers)
+    check_sizes(args)
     clikit.check_model_arg(args.proxy, "--proxy")
     if args.graphs and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     datasets = _load_sources(specs, args)
     for ds in datasets:
         clikit.status(f"source {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation")
-    model, tok = cli.load_proxy(load_model, args.proxy, device)
-    layers = cli.parse_layers(args.layers, int(model.config.num_hidden_layers))
+    model, tok = load_proxy(load_model, args.proxy, device)
+    layers = parse_layers(args.layers, int(model.config.num_hidden_layers))
     ext = ProxyExtractor(model, tok, layers, graph_buckets=(128, 64) if args.graphs else None)
     settings = {**ext.settings, "proxy": args.proxy or "default"}
     cache = FeatureCache(out / "cache", settings)

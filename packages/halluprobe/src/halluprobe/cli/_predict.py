@@ -85,7 +85,7 @@ def cmd_predict(args) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
     clikit.quiet_transformers()
-    from halluprobe.cli._main import load_detector
+    from halluprobe.cli._common import load_detector
 
     det = load_detector(args.detector)
     bad = _over_length(det, device, rows, None if args.input is None else str(args.input))

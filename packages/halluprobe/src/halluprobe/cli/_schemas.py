@@ -54,6 +54,12 @@ PREDICT = {
     "error": "with --input, only on a line that was not scored (longer than the proxy's positions): "
     "FILE:LINE and the reason; that line has only id and error, and the command exits with status 2",
 }
+SERVE = {
+    "url": "the address the server listens on (printed once it is about to accept requests)",
+    "detector": "the served detector's folder, or null for the packaged general detector",
+}
+"""Fields of ``halluprobe serve --json`` (one document before the server starts)."""
+
 STREAM = {
     "event": "'tokens' for each update, then one 'done'",
     "tokens": "tokens: the answer tokens added by this update",

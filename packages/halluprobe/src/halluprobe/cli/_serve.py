@@ -6,6 +6,8 @@ import os
 
 from halubench_data import clikit
 
+from halluprobe.cli._schemas import SERVE
+
 TOKEN_ENV = "HALLUPROBE_SERVE_TOKEN"
 """Environment variable read once at start for the bearer token when ``--token`` is not given."""
 
@@ -45,13 +47,14 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens per example; a longer one gets a 'too_long' error of its own "
                    "(default: the proxy's position limit)")  # fmt: skip
+    clikit.add_json_arg(p, SERVE)
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
 
 
 def load_served_detector(path: str | None):
     """The detector at ``path``; with no path, the packaged one (``halluprobe.load()``)."""
-    from halluprobe.cli._main import load_detector
+    from halluprobe.cli._common import load_detector
 
     return load_detector(path)
 
@@ -83,7 +86,10 @@ def cmd_serve(args) -> int:
         token=token, max_wait_ms=args.max_wait_ms, max_batch=args.max_batch, max_queue=args.max_queue,
         max_items=args.max_items, max_body_bytes=args.max_body_bytes,
     )  # fmt: skip
-    clikit.status(f"serving {detector.source or 'the packaged detector'} on http://{args.host}:{args.port}")
+    url = f"http://{args.host}:{args.port}"
+    clikit.status(f"serving {detector.source or 'the packaged detector'} on {url}")
+    if args.json:
+        clikit.emit_json({"url": url, "detector": args.detector})
     uvicorn.run(
         create_app(service, config), host=args.host, port=args.port, log_level="info", access_log=False
     )

@@ -16,7 +16,7 @@ def add_stream_parser(sub) -> None:
     p = sub.add_parser(
         "stream", help="score an answer while it arrives, or while the proxy writes it (running probability)"
     )
-    from halluprobe.cli._main import DETECTOR_HELP
+    from halluprobe.cli._common import DETECTOR_HELP
 
     p.add_argument("detector", nargs="?", default=None, help=DETECTOR_HELP)
     p.add_argument("--context", required=True, help="the context the answer must be supported by")
@@ -106,9 +106,6 @@ def _check_mode_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``halluprobe stream``: per-token scores and the running probability of an answer as it arrives."""
-    from halluprobe.cli._main import load_detector
-    from halluprobe.detectors._streaming import StreamingScorer
-
     if not args.generate and args.answer is None:
         raise clikit.UsageError("give --answer TEXT (or '-' for stdin) to follow an answer, or --generate")
     _check_mode_flags(args)
@@ -124,6 +121,8 @@ def cmd_stream(args) -> int:
     clikit.check_device_name(args.device)
     if args.detector is not None:
         check_detector_arg(args.detector)  # all checked before torch loads
+    from halluprobe.cli._common import load_detector
+    from halluprobe.detectors._streaming import StreamingScorer
 
     clikit.quiet_transformers()
     device = clikit.resolve_device(args.device)

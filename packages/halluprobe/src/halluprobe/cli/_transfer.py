@@ -47,21 +47,18 @@ def add_transfer_parser(sub) -> None:
         "--held-out", default="all", choices=("all", "test"),
         help="score all examples of the held-out source (default) or its test split",
     )  # fmt: skip
-    p.add_argument(
-        "--limit", default="all", help="at most N examples per split of each dataset (default all)"
-    )
+    clikit.add_limit_arg(p)
     p.add_argument(
         "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
     )
     p.add_argument("--layers", default=None, help="scored layers, e.g. '0-11' (default: all)")
-    p.add_argument("--batch-size", type=int, default=8, help="most examples per proxy forward (default 8)")
+    clikit.add_batch_size_arg(p, "most examples per proxy forward")
     p.add_argument("--token-budget", type=int, default=16384, help="most tokens per proxy forward")
     p.add_argument(
         "--n-bootstrap", type=int, default=1000, help="resamples per AUROC interval (default 1000)"
     )
-    p.add_argument(
-        "--out", default="runs/transfer", help="output folder; the feature cache goes to OUT/cache"
-    )
+    clikit.add_out_arg(p, "transfer.md, transfer.csv, reliability.png (the feature cache in OUT/cache)",
+                       default="runs/transfer")  # fmt: skip
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
     clikit.add_json_arg(p, TRANSFER)
@@ -72,7 +69,7 @@ def _records(datasets, args) -> tuple[dict, list[int], list[str]]:
     from flashstats_hf import LOGIT_STAT_NAMES, load_model
 
     from halluprobe.blocks._induction import induction_scores, rank_heads
-    from halluprobe.cli._main import load_proxy, parse_layers
+    from halluprobe.cli._common import load_proxy, parse_layers
     from halluprobe.features._cache import FeatureCache
     from halluprobe.features._extract import ProxyExtractor, extract_records
 
@@ -97,7 +94,7 @@ def cmd_transfer(args) -> int:
     from halubench_data import load
 
     from halluprobe.blocks._blocks import parse_feature_set
-    from halluprobe.cli._main import parse_layers
+    from halluprobe.cli._common import parse_layers
     from halluprobe.evaluation._transfer import (
         Fitter,
         floor_fitter,
@@ -114,9 +111,11 @@ def cmd_transfer(args) -> int:
         if getattr(args, flag) < 1:
             raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     clikit.resolve_device(args.device)
-    clikit.check_out_dir(args.out)
+    clikit.check_out_dir(args.out, overwrite=args.overwrite)
     parse_layers(args.layers)
-    limit = clikit.parse_limit(args.limit)
+    limit = clikit.parse_limit(args.limit, dataset="")
+    if args.overwrite:
+        clikit.clear_out_dir(args.out)
     datasets = [load(spec, limit=limit, arg="--dataset") for spec in args.dataset]
     sources = list(dict.fromkeys(e.source for ds in datasets for e in ds))
     if len(sources) < 2:

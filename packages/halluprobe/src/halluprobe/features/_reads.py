@@ -25,8 +25,6 @@ from halluprobe.blocks._blocks import HEAD_FEATURES
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats
 
-    from halluprobe.detectors._detector import Detector
-
 _LOOKUP_STATS = ("prev_weight", "diag_log", "bos_sink")
 """Head statistics that come from the T2 lookups; the others are T1 row statistics."""
 
@@ -55,7 +53,7 @@ class DetectorReads:
         }  # fmt: skip
 
 
-def detector_reads(detector: Detector, n_layers: int, n_heads: int) -> DetectorReads:
+def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
     """What ``detector`` reads from a proxy of ``n_layers`` decoder layers and ``n_heads`` query heads."""
     scored = tuple(range(n_layers)) if detector.layers is None else detector.layers
     layers: set[int] = set()

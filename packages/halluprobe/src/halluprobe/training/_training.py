@@ -133,7 +133,7 @@ def run_training(
         n: calibrate_probe(f, records["validation"], labels["validation"], val_sources)
         for n, f in fits.items()
     }
-    from halluprobe.evaluation import MethodScores, evaluate_methods, write_results
+    from halluprobe.evaluation._evaluation import MethodScores, evaluate_methods, write_results
 
     token_probe = None
     extra: dict[str, object] = {}
