@@ -124,5 +124,5 @@ def test_cli_transfer_floors_only_without_a_proxy(tmp_path, capsys):
         "grounding floor",
     }
     assert (out / "transfer.md").read_text().startswith("# Transfer") and (out / "reliability.png").exists()
-    assert main(["transfer", files[0], files[1], "--out", str(out)]) == 2  # one source
+    assert main(["transfer", files[0], files[1], "--out", str(out), "--overwrite"]) == 2  # one source
     assert "at least two sources" in capsys.readouterr().err
