@@ -75,7 +75,12 @@ def test_toha_reads_the_blocks_of_the_one_recorded_forward(tiny):
     ]
     ext.encode = lambda ex: ex.encoded  # type: ignore[method-assign]  # token ids without a tokenizer
     try:
-        recs = ext([SimpleNamespace(id=str(b), encoded=e, context="c d", question="", answer="a b") for b, e in enumerate(encoded)])
+        recs = ext(
+            [
+                SimpleNamespace(id=str(b), encoded=e, context="c d", question="", answer="a b")
+                for b, e in enumerate(encoded)
+            ]
+        )
     finally:
         for h in handles:
             h.remove()

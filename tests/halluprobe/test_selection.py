@@ -11,7 +11,6 @@ from halluprobe.blocks._selection import Selection, cv_auroc, forward_select, se
 from halluprobe.features import HEAD_STATS, POOLS
 from halluprobe.training import train_feature_sets
 
-
 # tiny synthetic fits: the degenerate-fit warning is expected and tested elsewhere
 pytestmark = pytest.mark.filterwarnings("ignore::halluprobe.training._calibration.DegenerateFitWarning")
 
