@@ -1,4 +1,4 @@
-"""Families benchmark (issue 13): the whole-forward cost of all statistics on seven model families' shapes.
+"""Families benchmark: the whole-forward cost of all statistics on seven model families' shapes.
 
 Random-weight Llama-3.2-1B, Qwen2.5-7B, Qwen3-8B, Qwen3-0.6B, Mistral-7B (sliding window 4096),
 Gemma-2-2B (d = 256, soft-cap 50, alternating window 4096) and Gemma-3-1B (d = 256, 5 windowed : 1

@@ -1,4 +1,4 @@
-"""Where the whole-forward overhead of the 7-8B shapes at 32K with a 512-token answer goes (issue 13).
+"""Where the whole-forward overhead of the 7-8B shapes at 32K with a 512-token answer goes.
 
 Random-weight Qwen2.5-7B and Qwen3-8B shapes (`families.FAMILIES`), bf16, batch 1, eager, decoder body.
 Side by side in one process: the plain forward (SDPA), then ``record_forward`` with the response rows
