@@ -36,7 +36,7 @@ PAGES = {
     "results-roc": "results/detection/#roc-curves-per-task",
     "results-localisation": "results/detection/#token-level-localisation-ragtruth-spans",
     "streaming-cost": "guide/streaming/#cost",
-    "results-performance": "results/performance/#tier-table-paper-q2",
+    "results-performance": "results/performance/#what-you-pay-per-model-family-and-length",
     "reproduce": "results/reproduce/#tables",
     "results-reproducibility": "results/performance/#reproducibility",
 }
