@@ -28,7 +28,7 @@ import os
 import time
 
 import torch
-from _perf import Deadline, LoadedCsv, LongCsv, markdown_table, parse_args
+from _perf import Deadline, LoadedCsv, LongCsv, command_line, markdown_table, parse_args
 from whole_forward import graphed_plain, timed
 
 FAMILIES = {
@@ -205,7 +205,10 @@ def report(csv, out) -> None:
                 row[-3:] = [f"{rp:.0f}", f"{op - rp:.0f}", f"{(op - rp) / rp:.1%}"]
             table.append(row)
     env = csv.env
-    text = f"# Families ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+    text = (
+        f"# Families ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+        + command_line()
+    )
     text += (
         "Random weights, bf16, batch 1, decoder body, every layer scored with rows, lookups and columns.\n\n"
     )

@@ -22,7 +22,7 @@ import os
 
 import torch
 from _attn_providers import make_inputs, ours, sdpa_provider
-from _perf import Deadline, LongCsv, bench_ms, markdown_table, parse_args
+from _perf import Deadline, LongCsv, bench_ms, command_line, markdown_table, parse_args
 
 DIMS = (64, 80, 96, 128, 256)
 POINTS = (
@@ -109,6 +109,7 @@ def write_markdown(csv, path) -> None:
                     "all" if not missed else "missed: " + ", ".join(missed)])  # fmt: skip
     env = csv.env
     text = f"# Kernel table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+    text += command_line()
     pin = os.environ.get("FLASHSTATS_CONFIG_INDEX") or ""
     tiles = f"tuning candidate {pin} of each head-dim class (pinned)" if pin else "autotuned"
     guard = os.environ.get("FLASHSTATS_T1_GUARD") or "masked"
