@@ -88,3 +88,28 @@ def test_checker_accepts_a_table_with_provenance_and_its_csv(tmp_path):
     (run / "main_table.md").write_text("| a |\n|---|\n")
     (run / "main.csv").write_text("a\n")
     assert problems(tmp_path) == []
+
+
+CITED = re.compile(r"benchmarks/[A-Za-z0-9_./-]*[A-Za-z0-9_/]")
+
+
+def missing_citations(text: str, root: Path) -> list[str]:
+    """``benchmarks/...`` paths named in ``text`` that are not in ``root`` (an output prefix ``X`` of ``X.md``
+    counts as present)."""
+    return sorted(
+        {p for p in CITED.findall(text) if not (root / p).exists() and not (root / f"{p}.md").exists()}
+    )
+
+
+def test_docs_cite_only_benchmark_files_that_exist():
+    pages = [*ROOT.glob("docs/**/*.md"), *ROOT.glob("*.md"), *ROOT.glob("packages/*/README.md"),
+             ROOT / "benchmarks" / "README.md"]  # fmt: skip
+    found = {str(p.relative_to(ROOT)): missing_citations(p.read_text(encoding="utf-8"), ROOT) for p in pages}
+    assert {page: paths for page, paths in found.items() if paths} == {}
+
+
+def test_citation_checker_reports_a_removed_file(tmp_path):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "serve.md").write_text("")
+    text = "`benchmarks/results/issue13.md`, `benchmarks/results/serve.md`, `--out benchmarks/results/serve`."
+    assert missing_citations(text, tmp_path) == ["benchmarks/results/issue13.md"]
