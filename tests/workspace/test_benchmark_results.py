@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 FORBIDDEN_NAMES = ("*_after_*", "*_before*", "*issue*")
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d")
-MACHINE = re.compile(r"\b(GPU|CPU|H100|H200|A100|NVIDIA|x86_64|arm64)\b")
+MACHINE = re.compile(r"\b(GPU|CPU|H100|H200|A100|NVIDIA|x86_64|arm64)\b", re.IGNORECASE)
 VERSIONS = re.compile(r"""\b(torch|triton|transformers|scikit-learn|halluprobe)['"]?[\s:=]+['"]?\d+\.\d+""")
 
 
