@@ -30,7 +30,7 @@ def _csv(points):
     """A stand-in for the run's CSV: ``{(L, mode or provider): (ms, MiB)}`` as long-format rows."""
     rows = []
     for (length, name), (ms, mib) in points.items():
-        common = dict(L=str(length), ms=str(ms), extra_peak_mib=str(mib))
+        common = dict(L=str(length), ms=str(ms), extra_peak_mib=str(mib), gap="effective_support 1%")
         if name in ("plain", "ours", "dense", "output_attentions"):
             rows.append(dict(common, B="1", R="256", provider=name))
         else:
@@ -70,8 +70,14 @@ def test_appendix_j_table_compares_ours_with_dense_and_names_missing_providers(b
             }
         )  # fmt: skip
     )
-    assert "| 1 | 1024 | 256 | 0.05 | 0.3 | 0.25 | 0.4 | 1.20 | 14.0 | 116.0 | 80.0 | 2 |" in table
-    assert "| 1 | 32768 | 256 |  | 3.0 | 6.0 |  | 0.50 | 520.0 | 2100.0 |  | 2304 |" in table
+    assert (
+        "| 1 | 1024 | 256 | 0.05 | 0.3 | 0.25 | 0.4 | 1.20 | 14.0 | 116.0 | 80.0 | 2 | effective_support 1% |"
+        in table
+    )
+    assert (
+        "| 1 | 32768 | 256 |  | 3.0 | 6.0 |  | 0.50 | 520.0 | 2100.0 |  | 2304 | effective_support 1% |"
+        in table
+    )
 
 
 def test_figure1_skips_points_that_do_not_fit_the_budget(bench, monkeypatch):
@@ -108,3 +114,20 @@ def test_smoke_run_writes_both_tables_with_provenance_and_the_figure(tmp_path):
     text = (tmp_path / "paper_j_fig1.md").read_text()
     assert "Smoke run" in text and "## Appendix J" in text and "## Figure 1" in text
     assert (tmp_path / "paper_fig1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gap_names_the_statistic_where_dense_differs_most(bench):
+    import torch
+
+    def result(entropy, column):
+        same = torch.tensor([0.5, 0.25])
+        return SimpleNamespace(
+            rows=SimpleNamespace(entropy=torch.tensor(entropy), max_weight=same),
+            lookups=SimpleNamespace(prev_weight=same),
+            columns=SimpleNamespace(sum=torch.tensor(column)),
+        )
+
+    ours, dense = result([1.0, 2.0], [4.0, 4.0]), result([1.1, 2.2], [4.0, 4.1])
+    assert (
+        bench._gap(ours, dense) == "entropy 10%"
+    )  # mean |0.1, 0.2| / mean |1, 2|, above the columns' 1.25 %
