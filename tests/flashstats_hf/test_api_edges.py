@@ -72,3 +72,38 @@ def test_a_module_that_is_not_a_causal_lm_is_named(ids):
         record_forward(torch.nn.Linear(2, 2), ids, response_start=5)
     with pytest.raises(TypeError, match="CachedRecorder expects a Transformers causal LM"):
         CachedRecorder(torch.nn.Linear(2, 2), prompt_len=5)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma2"])
+def test_output_attentions_under_attnstats_raises_a_named_error(helpers, kind, ids):
+    """No silent empty tuple: the error says what gives statistics or weights instead."""
+    from flashstats_hf import AttentionWeightsUnavailableError
+
+    model = helpers.tiny_models(kind)[0]
+    assert issubclass(AttentionWeightsUnavailableError, ValueError)
+    with torch.no_grad(), pytest.raises(AttentionWeightsUnavailableError, match="record_forward") as err:
+        model(ids, output_attentions=True)
+    assert "dense_heads" in str(err.value) and "eager" in str(err.value)
+    with torch.no_grad():  # output_attentions=False (or absent) runs as before
+        assert model(ids, output_attentions=False).attentions is None
+    assert record_forward(model, ids, response_start=5).rows is not None
+
+
+def test_forward_stats_prints_a_short_summary(llama, ids):
+    fs = record_forward(llama, ids, response_start=5, hidden_layers=[1], dense_heads={0: [1, 2]})
+    text = repr(fs)
+    lines = text.splitlines()
+    assert len(lines) <= 10 and len(text) < 1000, text
+    assert "tensor(" not in text  # shapes, not values
+    assert lines[0].startswith("ForwardStats(B=2, A=3, L=8, layers=(0, 1)")
+    assert (
+        "rows: entropy, normalized_entropy, prompt_mass, max_weight, effective_support [2, 2, 4, 3]" in text
+    )
+    assert f"logit_stats: [2, 3, {fs.logit_stats.shape[-1]}]" in text
+    assert f"hidden: [2, 1, 3, {llama.config.hidden_size}] at hidden_layers (1,)" in text
+    assert "lookups: diag_log, prev_weight [2, 2, 4, 3]; sink_weights [2, 2, 4, 3, 1]" in text
+    assert "columns: sum, mean [2, 2, 4, 8]" in text
+    assert "dense: layer 0 heads (1, 2)" in text and "absent" not in text
+    bare = record_forward(llama, ids, response_start=5, logits=False)
+    assert "absent: logit_stats, hidden, dense" in repr(bare) and "logit_stats:" not in repr(bare)
+    assert str(bare) == repr(bare)

@@ -2,6 +2,7 @@
 
 from flashstats_hf.attention import (
     ATTN_IMPLEMENTATION,
+    AttentionWeightsUnavailableError,
     flashstats_attention_forward,
     flashstats_mask,
     register_flashstats,
@@ -22,6 +23,7 @@ register_flashstats()
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "AttentionWeightsUnavailableError",
     "DEFAULT_MODEL",
     "DEFAULT_REQUEST",
     "LOGIT_SCALAR_NAMES",

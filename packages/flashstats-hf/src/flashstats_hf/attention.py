@@ -36,6 +36,26 @@ Not ``"flashstats"``: Transformers treats every implementation name that contain
 FlashAttention variant (``is_flash_attention_requested``) and tries to load it as a hub kernel."""
 
 
+class AttentionWeightsUnavailableError(ValueError):
+    """A forward under ``"attnstats"`` asked for attention weights (``output_attentions=True``).
+
+    The ``"attnstats"`` attention never materialises the attention matrix, so it has no weights to
+    return. Statistics of the answer rows come from [`flashstats_hf.record_forward`][]; the dense
+    weights of chosen heads from ``record_forward(..., dense_heads={layer: heads})``; every weight of
+    every head from a model loaded with ``attn_implementation="eager"``.
+    """
+
+
+def _no_weights_message(module: torch.nn.Module) -> str:
+    return (
+        f"flashstats: layer {getattr(module, 'layer_idx', '?')} was called with output_attentions=True, "
+        f'but the "{ATTN_IMPLEMENTATION}" attention never builds the attention matrix and has no weights to '
+        "return. Use flashstats_hf.record_forward(model, input_ids, response_start=...) for the "
+        "statistics, record_forward(..., dense_heads={layer: [heads]}) for the weights of chosen heads, "
+        'or load the model with attn_implementation="eager" for every weight'
+    )
+
+
 def register_flashstats() -> str:
     """Register the ``"attnstats"`` attention and mask functions with Transformers (idempotent).
 
@@ -171,7 +191,13 @@ def flashstats_attention_forward(
     Returns:
         tuple[torch.Tensor, None]: the ``[B, Lq, Hq, D]`` attention output, and None: no attention weights
         are returned.
+
+    Raises:
+        AttentionWeightsUnavailableError: the model was called with ``output_attentions=True`` (there
+            are no weights to return; the error names what to use instead).
     """
+    if kwargs.get("output_attentions"):
+        raise AttentionWeightsUnavailableError(_no_weights_message(module))
     if kwargs.get("s_aux") is not None:
         raise ValueError(
             f"flashstats: layer {getattr(module, 'layer_idx', '?')} ({type(module).__name__}) has attention "

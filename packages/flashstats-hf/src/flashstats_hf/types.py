@@ -9,13 +9,25 @@ the ``A`` axis whatever the padding of the input).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
 
 
-@dataclass(kw_only=True)
+def _shape(x: torch.Tensor) -> str:
+    return f"[{', '.join(str(n) for n in x.shape)}]"
+
+
+def _family(name: str, stats: object) -> str:
+    """``name: field [shape], ...`` of a statistic dataclass (fields of one shape share it)."""
+    parts: dict[str, list[str]] = {}
+    for f in fields(stats):  # type: ignore[arg-type]
+        parts.setdefault(_shape(getattr(stats, f.name)), []).append(f.name)
+    return f"{name}: " + "; ".join(f"{', '.join(names)} {shape}" for shape, names in parts.items())
+
+
+@dataclass(kw_only=True, repr=False)
 class ForwardStats:
     """Statistics of the answer tokens of a batch, from one forward.
 
@@ -59,3 +71,38 @@ class ForwardStats:
     response_start: torch.Tensor | None = None
     """``[B] int64``: padded index of each example's first answer token (answer token ``a`` of
     example ``b`` sits at padded position ``response_start[b] + a``)."""
+
+    def __repr__(self) -> str:
+        """A few lines: the batch layout, each statistic present with its shape, and those absent.
+
+        No tensor values are printed (``print(fs.rows.entropy)`` shows one).
+        """
+        b, a = self.answer_mask.shape
+        head = (
+            f"ForwardStats(B={b}, A={a}, L={self.key_mask.shape[-1]}, layers={self.layers}, "
+            f"device={self.answer_mask.device}"
+        )
+        lines, absent = [], []
+        for name in ("rows", "lookups", "columns"):
+            stats = getattr(self, name)
+            if stats is None:
+                absent.append(name)
+            else:
+                lines.append(_family(name, stats))
+        if self.logit_stats is None:
+            absent.append("logit_stats")
+        else:
+            lines.append(f"logit_stats: {_shape(self.logit_stats)} ({len(self.logit_stat_names)} names)")
+        if self.hidden is None:
+            absent.append("hidden")
+        else:
+            lines.append(f"hidden: {_shape(self.hidden)} at hidden_layers {self.hidden_layers}")
+        if self.dense:
+            lines.append(
+                "dense: " + ", ".join(f"layer {i} heads {self.dense_heads.get(i, ())}" for i in self.dense)
+            )
+        else:
+            absent.append("dense")
+        if absent:
+            lines.append(f"absent: {', '.join(absent)}")
+        return head + "".join(f"\n  {line}" for line in lines) + ")"
