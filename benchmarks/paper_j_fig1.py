@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _perf import Deadline, LongCsv, markdown_table
+from _perf import Deadline, LongCsv, command_line, markdown_table
 
 PAPER_FIG1 = {2048: 16.0, 35840: 1.4}
 """Overheads the paper reports for Qwen3-8B (H100 NVL, real inputs, eager): 16 % at 2K, 1.4 % at 35K."""
@@ -347,8 +346,8 @@ def report(out: Path, j: LongCsv, f1: LongCsv, notes: list[str], args: argparse.
     smoke = "**Smoke run: tiny shapes on the CPU; the numbers mean nothing.**\n\n" if args.smoke else ""
     text = (
         f"# Appendix J and Figure 1 ({where})\n\n{smoke}"
-        f"`python3 benchmarks/paper_j_fig1.py {' '.join(sys.argv[1:])}`. Raw rows: `paper_j.csv`, "
-        "`paper_fig1.csv`.\n\n## Appendix J: one attention layer, ours against the dense paths\n\n"
+        f"{command_line()}Raw rows: `paper_j.csv`, `paper_fig1.csv`.\n\n"
+        "## Appendix J: one attention layer, ours against the dense paths\n\n"
         "Qwen3-8B layer shape (32 query / 8 KV heads, d = 128), bf16, random inputs. `dense` is the paper's "
         "Dense (SDPA output, then the response block recomputed for all heads, fp32 softmax cast to bf16, "
         "every statistic reduced in PyTorch); `output_attentions` is Transformers' eager attention returning "
@@ -402,10 +401,13 @@ def main(argv: list[str] | None = None) -> None:
     if dev.cuda:  # every tuning candidate of the kernels this run uses, compiled in parallel processes
         import os
 
-        os.environ.setdefault("FLASHSTATS_PRECOMPILE_CANDIDATES", "4")
         from _precompile import precompile
 
+        mine = "FLASHSTATS_PRECOMPILE_CANDIDATES" not in os.environ
+        os.environ.setdefault("FLASHSTATS_PRECOMPILE_CANDIDATES", "4")  # the d = 128 tables have four
         precompile(dims=(), workers=4, families=("Qwen3-8B",))
+        if mine:  # not a setting of the run (the table's command line lists FLASHSTATS_ settings)
+            del os.environ["FLASHSTATS_PRECOMPILE_CANDIDATES"]
     args.out.mkdir(parents=True, exist_ok=True)
     j = LongCsv(args.out / "paper_j.csv", ("B", "L", "R", "provider", "ms", "extra_peak_mib", "gap"))
     f1 = LongCsv(args.out / "paper_fig1.csv", ("layers", "L", "R", "mode", "ms", "extra_peak_mib"))
