@@ -16,8 +16,9 @@ Median time per call (``triton.testing.do_bench``) and extra peak memory (``max_
 the allocation before the call, the call's outputs included).
 
 **Figure 1, whole forward**: a random-weight Qwen3-8B-shaped model (bf16, batch 1, the decoder body, no
-LM head on either side) with ``--layers`` identical decoder layers (36 in the real model: fewer keep the
-ratio, which is per layer, and save device time), an answer of ``--answer`` tokens (512) at every L.
+LM head on either side) with ``--layers`` identical decoder layers (default 36, as the real model; fewer
+keep the ratio of the GPU work, which is per layer, and save device time, but give the eager forward's
+fixed host cost per forward more weight), an answer of ``--answer`` tokens (512) at every L.
 Plain: Transformers' SDPA forward without features, eager and CUDA-graphed. Ours: ``record_forward``
 with every statistic on every head and layer (eager: the paper's setting) and ``GraphedRecorder``
 (graphed). Overheads: ours eager against plain eager; ours graphed against the faster plain forward.
@@ -33,13 +34,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _perf import Deadline, LongCsv, markdown_table
+from _perf import Deadline, LongCsv, command_line, markdown_table
 
 PAPER_FIG1 = {2048: 16.0, 35840: 1.4}
 """Overheads the paper reports for Qwen3-8B (H100 NVL, real inputs, eager): 16 % at 2K, 1.4 % at 35K."""
@@ -142,6 +142,18 @@ def _layer_providers(dev: Device, batch: int, length: int, rows: int, d: int, he
     return providers, skipped
 
 
+def _gap(ours, dense) -> str:
+    """The statistic where dense differs most from ours: ``mean |dense - ours| / mean |ours|``, in %."""
+    gaps = {}
+    for fam in ("rows", "lookups", "columns"):
+        a, b = getattr(ours, fam), getattr(dense, fam)
+        for name, x in vars(a).items():
+            x, y = x.double(), getattr(b, name).double()
+            gaps[name] = float((y - x).abs().mean() / x.abs().mean().clamp_min(1e-30))
+    worst = max(gaps, key=gaps.__getitem__)
+    return f"{worst} {100 * gaps[worst]:.3g}%"
+
+
 def appendix_j(dev: Device, csv: LongCsv, deadline: Deadline, points, d: int, heads) -> list[str]:
     """Every provider at every point (while the budget lasts); the skipped points and providers back."""
     notes = []
@@ -151,6 +163,7 @@ def appendix_j(dev: Device, csv: LongCsv, deadline: Deadline, points, d: int, he
             continue
         providers, skipped = _layer_providers(dev, batch, length, rows, d, heads)
         notes += [f"B={batch} L={length} R={rows}: {name} skipped ({why})" for name, why in skipped.items()]
+        gap = _gap(providers["ours"]()[1], providers["dense"]()[1])
         for name, fn in providers.items():
             try:
                 ms, mib = dev.kernel_ms(fn), dev.peak(fn)
@@ -158,8 +171,9 @@ def appendix_j(dev: Device, csv: LongCsv, deadline: Deadline, points, d: int, he
                 notes.append(f"B={batch} L={length} R={rows}: {name} ran out of memory")
                 torch.cuda.empty_cache()
                 continue
-            csv.add(B=batch, L=length, R=rows, provider=name, ms=f"{ms:.4f}",
-                    extra_peak_mib="" if mib is None else f"{mib:.1f}")  # fmt: skip
+            peak = "" if mib is None else f"{mib:.1f}"
+            csv.add(B=batch, L=length, R=rows, provider=name, ms=f"{ms:.4f}", extra_peak_mib=peak,
+                    gap=gap if name == "dense" else "")  # fmt: skip
         del providers
         if dev.cuda:
             torch.cuda.empty_cache()
@@ -226,14 +240,14 @@ def fig1_point(dev: Device, csv: LongCsv, model, length: int, rows: int, reps: i
 def figure1(dev: Device, csv: LongCsv, deadline: Deadline, model, lengths, rows: int) -> list[str]:
     """The points in order while the budget lasts.
 
-    A point runs about ``4 reps + 10`` forwards (warm-ups, graph captures, memory runs); its cost is
+    A point runs ``4 reps + 11`` forwards (warm-ups, graph captures, memory runs); its cost is
     estimated from the last point's plain forward scaled by `_work`.
     """
     notes, last = [], None  # last: (length, plain eager ms)
     for length in lengths:
         reps = 2 if length >= 16384 else 4
         left = deadline.end - time.monotonic()
-        guess = 0.0 if last is None else (4 * reps + 10) * last[1] / 1e3 * _work(length) / _work(last[0])
+        guess = 0.0 if last is None else (4 * reps + 11) * last[1] / 1e3 * _work(length) / _work(last[0])
         if left <= 0 or guess > left:
             notes.append(
                 f"L={length}: not run (estimated {guess:.0f} s, {max(left, 0):.0f} s of budget left)"
@@ -259,6 +273,7 @@ def j_table(csv: LongCsv) -> str:
     head = [
         "B", "L", "R", "plain ms", "ours ms", "dense ms", "output_attentions ms", "ours / dense",
         "ours MiB", "dense MiB", "output_attentions MiB", "36 layers of output_attentions GiB",
+        "dense vs ours, largest gap",
     ]  # fmt: skip
     rows = []
     for (b, length, r), got in sorted(by.items()):
@@ -268,7 +283,8 @@ def j_table(csv: LongCsv) -> str:
         }
         ratio = f"{float(ms['ours']) / float(ms['dense']):.2f}" if ms["ours"] and ms["dense"] else ""
         held = 36 * b * 32 * length * length * 2 / 2**30  # bf16 maps that output_attentions keeps
-        rows.append([b, length, r, *ms.values(), ratio, *mib.values(), f"{held:.0f}"])
+        gap = got["dense"].get("gap", "") if "dense" in got else ""
+        rows.append([b, length, r, *ms.values(), ratio, *mib.values(), f"{held:.0f}", gap])
     return markdown_table(head, rows)
 
 
@@ -317,7 +333,7 @@ def plot(curve: list[tuple[int, float, float]], rows: int, layers: int, path: Pa
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("L (tokens)")
     ax.set_ylabel("time overhead over the plain forward (%)")
-    ax.set_title(f"Qwen3-8B shape, {layers} identical layers, all statistics")
+    ax.set_title(f"Qwen3-8B shape, {layers} layers, all statistics")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -330,22 +346,29 @@ def report(out: Path, j: LongCsv, f1: LongCsv, notes: list[str], args: argparse.
     smoke = "**Smoke run: tiny shapes on the CPU; the numbers mean nothing.**\n\n" if args.smoke else ""
     text = (
         f"# Appendix J and Figure 1 ({where})\n\n{smoke}"
-        f"`python3 benchmarks/paper_j_fig1.py {' '.join(sys.argv[1:])}`. Raw rows: `paper_j.csv`, "
-        "`paper_fig1.csv`.\n\n## Appendix J: one attention layer, ours against the dense paths\n\n"
+        f"{command_line()}Raw rows: `paper_j.csv`, `paper_fig1.csv`.\n\n"
+        "## Appendix J: one attention layer, ours against the dense paths\n\n"
         "Qwen3-8B layer shape (32 query / 8 KV heads, d = 128), bf16, random inputs. `dense` is the paper's "
         "Dense (SDPA output, then the response block recomputed for all heads, fp32 softmax cast to bf16, "
         "every statistic reduced in PyTorch); `output_attentions` is Transformers' eager attention returning "
-        "the full L x L weights, with no statistic reduced (a lower bound of that path); the last column is "
-        "what `output_attentions` keeps for a whole 36-layer forward. MiB: extra peak of one call.\n\n"
+        "the full L x L weights, with no statistic reduced (a lower bound of that path); the GiB column is "
+        "what `output_attentions` keeps for a whole 36-layer forward. MiB: extra peak of one call. The gap "
+        "names the statistic where Dense (bf16 weights) differs most from ours, "
+        "mean |dense - ours| / mean |ours|.\n\n"
     )
     text += j_table(j)
     table, curve = fig1_table(f1)
     layers = args.layers
+    depth = (
+        "all 36 decoder layers of the real model"
+        if layers == 36
+        else f"{layers} identical decoder layers (the real model has 36; the GPU work is a per-layer ratio, "
+        "the eager forward's fixed host cost weighs more with fewer layers)"
+    )
     answer = int(f1.rows[0]["R"]) if f1.rows else args.answer
     text += (
         f"\n## Figure 1: whole-forward overhead of every statistic\n\nRandom-weight Qwen3-8B shape with "
-        f"{layers} identical decoder layers (the real model has 36; the layers are identical, so the "
-        f"overhead is a per-layer ratio), bf16, batch 1, decoder body on both sides, R = {answer} "
+        f"{depth}, bf16, batch 1, decoder body on both sides, R = {answer} "
         "answer tokens at every L. Eager: `record_forward` (the paper's setting) against Transformers' SDPA "
         "forward; graphed: `GraphedRecorder` against the faster of the eager and graphed plain forwards. "
         "The paper column is its reported Qwen3-8B overhead (H100 NVL, real inputs of each length).\n\n"
@@ -364,7 +387,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--budget", type=float, default=150.0, help="seconds for the whole run (compiles included)"
     )
-    ap.add_argument("--layers", type=int, default=8, help="identical decoder layers of the 8B-shaped model")
+    ap.add_argument("--layers", type=int, default=36, help="identical decoder layers of the 8B-shaped model")
     ap.add_argument("--answer", type=int, default=512, help="answer tokens R of the Figure 1 points")
     ap.add_argument("--lengths", type=lambda s: tuple(int(x) for x in s.split(",")), default=FIG1_LENGTHS)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (no CUDA graphs)")
@@ -378,12 +401,15 @@ def main(argv: list[str] | None = None) -> None:
     if dev.cuda:  # every tuning candidate of the kernels this run uses, compiled in parallel processes
         import os
 
-        os.environ.setdefault("FLASHSTATS_PRECOMPILE_CANDIDATES", "4")
         from _precompile import precompile
 
+        mine = "FLASHSTATS_PRECOMPILE_CANDIDATES" not in os.environ
+        os.environ.setdefault("FLASHSTATS_PRECOMPILE_CANDIDATES", "4")  # the d = 128 tables have four
         precompile(dims=(), workers=4, families=("Qwen3-8B",))
+        if mine:  # not a setting of the run (the table's command line lists FLASHSTATS_ settings)
+            del os.environ["FLASHSTATS_PRECOMPILE_CANDIDATES"]
     args.out.mkdir(parents=True, exist_ok=True)
-    j = LongCsv(args.out / "paper_j.csv", ("B", "L", "R", "provider", "ms", "extra_peak_mib"))
+    j = LongCsv(args.out / "paper_j.csv", ("B", "L", "R", "provider", "ms", "extra_peak_mib", "gap"))
     f1 = LongCsv(args.out / "paper_fig1.csv", ("layers", "L", "R", "mode", "ms", "extra_peak_mib"))
     points, d, heads = (J_POINTS, 128, (32, 8)) if dev.cuda else (((1, 64, 16), (2, 48, 16)), 16, (4, 2))
     share = Deadline(0.3 * max(deadline.end - time.monotonic(), 0))

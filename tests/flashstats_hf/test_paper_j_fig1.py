@@ -30,7 +30,7 @@ def _csv(points):
     """A stand-in for the run's CSV: ``{(L, mode or provider): (ms, MiB)}`` as long-format rows."""
     rows = []
     for (length, name), (ms, mib) in points.items():
-        common = dict(L=str(length), ms=str(ms), extra_peak_mib=str(mib))
+        common = dict(L=str(length), ms=str(ms), extra_peak_mib=str(mib), gap="effective_support 1%")
         if name in ("plain", "ours", "dense", "output_attentions"):
             rows.append(dict(common, B="1", R="256", provider=name))
         else:
@@ -70,8 +70,14 @@ def test_appendix_j_table_compares_ours_with_dense_and_names_missing_providers(b
             }
         )  # fmt: skip
     )
-    assert "| 1 | 1024 | 256 | 0.05 | 0.3 | 0.25 | 0.4 | 1.20 | 14.0 | 116.0 | 80.0 | 2 |" in table
-    assert "| 1 | 32768 | 256 |  | 3.0 | 6.0 |  | 0.50 | 520.0 | 2100.0 |  | 2304 |" in table
+    assert (
+        "| 1 | 1024 | 256 | 0.05 | 0.3 | 0.25 | 0.4 | 1.20 | 14.0 | 116.0 | 80.0 | 2 | effective_support 1% |"
+        in table
+    )
+    assert (
+        "| 1 | 32768 | 256 |  | 3.0 | 6.0 |  | 0.50 | 520.0 | 2100.0 |  | 2304 | effective_support 1% |"
+        in table
+    )
 
 
 def test_figure1_skips_points_that_do_not_fit_the_budget(bench, monkeypatch):
@@ -82,12 +88,12 @@ def test_figure1_skips_points_that_do_not_fit_the_budget(bench, monkeypatch):
         return 500.0  # the plain forward's ms at every length run
 
     monkeypatch.setattr(bench, "fig1_point", point)
-    deadline = bench.Deadline(30.0)
+    deadline = bench.Deadline(40.0)
     notes = bench.figure1(None, None, deadline, None, (2048, 35840, 4096), 512)
-    # from 2048 (0.5 s a forward), 35840 needs 4 * 2 + 10 forwards of 28x the work: about 253 s, skipped;
-    # 4096 needs 4 * 4 + 10 forwards of 2.1x the work: about 27 s of the 30, run
+    # from 2048 (0.5 s a forward), 35840 needs 4 * 2 + 11 forwards of 28x the work: about 267 s, skipped;
+    # 4096 needs 4 * 4 + 11 forwards of 2.1x the work: about 28 s of the 40, run
     assert ran == [2048, 4096]
-    assert len(notes) == 1 and notes[0].startswith("L=35840: not run (estimated 253 s")
+    assert len(notes) == 1 and notes[0].startswith("L=35840: not run (estimated 267 s")
     assert deadline.end > time.monotonic()
 
 
@@ -108,3 +114,20 @@ def test_smoke_run_writes_both_tables_with_provenance_and_the_figure(tmp_path):
     text = (tmp_path / "paper_j_fig1.md").read_text()
     assert "Smoke run" in text and "## Appendix J" in text and "## Figure 1" in text
     assert (tmp_path / "paper_fig1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gap_names_the_statistic_where_dense_differs_most(bench):
+    import torch
+
+    def result(entropy, column):
+        same = torch.tensor([0.5, 0.25])
+        return SimpleNamespace(
+            rows=SimpleNamespace(entropy=torch.tensor(entropy), max_weight=same),
+            lookups=SimpleNamespace(prev_weight=same),
+            columns=SimpleNamespace(sum=torch.tensor(column)),
+        )
+
+    ours, dense = result([1.0, 2.0], [4.0, 4.0]), result([1.1, 2.2], [4.0, 4.1])
+    assert (
+        bench._gap(ours, dense) == "entropy 10%"
+    )  # mean |0.1, 0.2| / mean |1, 2|, above the columns' 1.25 %
