@@ -454,15 +454,15 @@ def cmd_evaluate(args) -> int:
         progress=clikit.show_progress(),
     )
     scores = det.score_records(recs)
-    res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.fit.threshold)
+    res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.probe_.threshold)
     from halubench_data.floors import best_floor, floor_results
 
     floors = floor_results(ds, args.split)
     best = best_floor({name: r.auroc for name, r in floors.items()})
     doc = {"dataset": ds.name, "split": args.split, "detector": str(args.detector),
-           "methods": {det.fit.feature_set: res}, "floors": floors,
+           "methods": {det.probe_.feature_set: res}, "floors": floors,
            "best_floor": None if best is None else {"method": best[0], "auroc": best[1]}}  # fmt: skip
-    rows = {f"{det.fit.feature_set} ({args.split})": res, **floors}
+    rows = {f"{det.probe_.feature_set} ({args.split})": res, **floors}
     clikit.emit(lambda: results_table(rows, floor=None if best is None else best[1]), doc)
     return 0
 
