@@ -21,7 +21,6 @@ MAX_LINES = 400
 TOO_LONG = {
     "halluprobe.cli._main": 512,
     "halluprobe.evaluation._suite": 517,
-    "halluprobe.detectors._published": 494,
     "halluprobe.evaluation._tables": 409,
 }
 SUBPACKAGES = ("blocks", "cli", "detectors", "evaluation", "features", "localisation", "training")
