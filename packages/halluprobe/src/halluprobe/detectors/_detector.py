@@ -83,11 +83,11 @@ class Detector(ClassifierMixin, BaseEstimator):
         device: Device of the proxy (``None``: CUDA when available).
 
     Attributes:
-        probe_: The fitted `halluprobe.ProbeFit` (blocks, scaler, weights, ``C``, ``threshold``).
-        token_probe_: A token probe for spans (`halluprobe.localisation.TokenProbe`), or None.
-        hidden_layers_: The hidden layers the records keep.
-        classes_: ``[0, 1]``.
-        source: The folder this detector was loaded from (None when built in memory).
+        probe_ (ProbeFit): The fitted probe (blocks, scaler, weights, ``C``, ``threshold``).
+        token_probe_ (TokenProbe | None): A token probe for spans (`halluprobe.localisation`), or None.
+        hidden_layers_ (tuple[int, ...]): The hidden layers the records keep.
+        classes_ (numpy.ndarray): ``[0, 1]``.
+        source (pathlib.Path | None): The folder this detector was loaded from (None when built in memory).
     """
 
     source: Path | None = None
