@@ -6,6 +6,8 @@ import argparse
 import csv
 import datetime as dt
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,14 @@ def environment() -> dict[str, str]:
         "torch": torch.__version__,
         "triton": triton.__version__,
     }
+
+
+def command_line() -> str:
+    """The Markdown line that says how a table was made: the settings from the environment and the command."""
+    prefixes = ("FLASHSTATS_", "CONFIG_SWEEP_", "KERNEL_TABLE_", "WHOLE_")
+    settings = [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith(prefixes)]
+    command = " ".join([*settings, "python3", *map(shlex.quote, sys.argv)])
+    return f"Command: `{command}`.\n\n"
 
 
 def parse_args(doc: str) -> argparse.Namespace:

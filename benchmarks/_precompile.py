@@ -22,7 +22,7 @@ import sys
 import time
 
 HEADS = ((32, 8), (16, 8))  # (query, KV) heads: the tier table and Qwen3-8B, Qwen3-0.6B
-T3_DIMS = (64, 128)  # head dims with a <=T3 target in issue 13 (the kernel table times T3 only there)
+T3_DIMS = (64, 128)  # head dims where the kernel table times <=T3
 
 
 def _warm_family(name: str, index: int) -> str:

@@ -15,7 +15,7 @@ import os
 
 import torch
 from _attn_providers import TIERS, make_inputs, ours, sdpa_provider
-from _perf import Deadline, LongCsv, bench_ms, markdown_table, parse_args
+from _perf import Deadline, LongCsv, bench_ms, command_line, markdown_table, parse_args
 
 POINTS = ((16384, 0.1), (32768, 0.1), (16384, 0.3), (32768, 0.3))
 CANDIDATES = ("auto", "0", "1", "2", "3")  # the d = 128 and d = 256 tables have four candidates each
@@ -69,7 +69,7 @@ def report(csv: LongCsv, out) -> None:
         head += [f"{t.upper()}/Base auto", f"{t.upper()}/Base best (cand)"]
     env = csv.env
     text = f"# Tile candidates, d = {D} ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, "
-    text += f"{env['date']})\n\n"
+    text += f"{env['date']})\n\n" + command_line()
     text += "'best (cand)': each tier and Base on their own fastest candidate (tier/Base candidates); "
     text += "FA2: SDPA's FlashAttention-2 on the same response block.\n\n"
     (out / f"{STEM}.md").write_text(text + markdown_table(head, table))

@@ -1,4 +1,4 @@
-"""Families benchmark (issue 13): the whole-forward cost of all statistics on seven model families' shapes.
+"""Families benchmark: the whole-forward cost of all statistics on seven model families' shapes.
 
 Random-weight Llama-3.2-1B, Qwen2.5-7B, Qwen3-8B, Qwen3-0.6B, Mistral-7B (sliding window 4096),
 Gemma-2-2B (d = 256, soft-cap 50, alternating window 4096) and Gemma-3-1B (d = 256, 5 windowed : 1
@@ -28,7 +28,7 @@ import os
 import time
 
 import torch
-from _perf import Deadline, LoadedCsv, LongCsv, markdown_table, parse_args
+from _perf import Deadline, LoadedCsv, LongCsv, command_line, markdown_table, parse_args
 from whole_forward import graphed_plain, timed
 
 FAMILIES = {
@@ -205,7 +205,10 @@ def report(csv, out) -> None:
                 row[-3:] = [f"{rp:.0f}", f"{op - rp:.0f}", f"{(op - rp) / rp:.1%}"]
             table.append(row)
     env = csv.env
-    text = f"# Families ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+    text = (
+        f"# Families ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+        + command_line()
+    )
     text += (
         "Random weights, bf16, batch 1, decoder body, every layer scored with rows, lookups and columns.\n\n"
     )

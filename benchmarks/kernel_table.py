@@ -1,12 +1,11 @@
-"""Kernel table of issue 13: every tier against Base and SDPA-FA2 across head dims.
+"""Kernel table: every tier against Base and SDPA-FA2 across head dims.
 
 Grid: d in {64, 80, 96, 128, 256}, L in {16K, 32K}, r = R / L in {0.1, 0.3, 0.5}; 32 query / 8 KV heads
 (GQA) and, at d = 96, 32 / 32 (MHA); bf16, batch 1. Providers: Base, <=T1, <=T2, <=T3 (``t3``, only at
 the head dims with a <=T3 target, 64 and 128), SDPA-FA2 on the same response block, and at a head dim
 that the forward splits into a head and a tail (80, 96) the padded Base (``base_pad``,
 ``FLASHSTATS_SPLIT_D=0``). The T3 variants with a share of their exponentials on the FMA pipes
-(``FLASHSTATS_T3_SPLIT_EXP=2/4/8``) were measured slower at every point (``t3_exp_split.py``) and are not
-timed here.
+(``FLASHSTATS_T3_SPLIT_EXP=2/4/8``) were measured slower at every point and are not timed here.
 Points run in priority order (r = 0.3 at 16K for every d first) until ``--budget`` is spent; the
 autotuner's choices and the registers and spills of every compiled forward and T3 variant are written
 at the end. Writes ``kernel_table.csv`` (long format), ``kernel_table.md`` and ``kernel_resources.txt``.
@@ -23,7 +22,7 @@ import os
 
 import torch
 from _attn_providers import make_inputs, ours, sdpa_provider
-from _perf import Deadline, LongCsv, bench_ms, markdown_table, parse_args
+from _perf import Deadline, LongCsv, bench_ms, command_line, markdown_table, parse_args
 
 DIMS = (64, 80, 96, 128, 256)
 POINTS = (
@@ -83,7 +82,7 @@ def measure(csv: LongCsv, length: int, ratio: float, d: int, kv_heads: int) -> N
     torch.cuda.empty_cache()
 
 
-# issue 13's kernel targets: (<=T1 / Base, <=T2 / Base, <=T3 / Base) bounds per d
+# the kernel table's reference bounds: (<=T1 / Base, <=T2 / Base, <=T3 / Base) bounds per d
 T1_MAX = {128: 1.05}
 T2_MAX = {128: 1.07}
 T3_MAX = {64: 1.6, 128: 1.45}
@@ -110,6 +109,7 @@ def write_markdown(csv, path) -> None:
                     "all" if not missed else "missed: " + ", ".join(missed)])  # fmt: skip
     env = csv.env
     text = f"# Kernel table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
+    text += command_line()
     pin = os.environ.get("FLASHSTATS_CONFIG_INDEX") or ""
     tiles = f"tuning candidate {pin} of each head-dim class (pinned)" if pin else "autotuned"
     guard = os.environ.get("FLASHSTATS_T1_GUARD") or "masked"

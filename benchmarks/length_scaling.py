@@ -10,7 +10,16 @@ import math
 
 import torch
 from _attn_providers import make_inputs, ours, sdpa_provider
-from _perf import Deadline, LongCsv, attention_tflops, bench_ms, causal_pairs, markdown_table, parse_args
+from _perf import (
+    Deadline,
+    LongCsv,
+    attention_tflops,
+    bench_ms,
+    causal_pairs,
+    command_line,
+    markdown_table,
+    parse_args,
+)
 
 PROVIDERS = ("base", "t1", "t3", "fa2_block", "cudnn_full")
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 100000)
@@ -101,7 +110,7 @@ def report(csv: LongCsv, out) -> None:
     ]
     text = f"# Length scaling ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
     (out / "length_scaling.md").write_text(
-        text + "d = 128, 32/8 heads, bf16.\n\n" + markdown_table(head, table)
+        text + command_line() + "d = 128, 32/8 heads, bf16.\n\n" + markdown_table(head, table)
     )
 
 

@@ -1,10 +1,10 @@
-"""Packed vs left-padded recorded forwards on the RAGTruth + ExpertQA length mix (H200; issue 17).
+"""Packed vs left-padded recorded forwards on the RAGTruth + ExpertQA length mix (H200).
 
 Random-weight models of two shapes (Qwen3-0.6B and SmolLM2-135M, bf16, every layer scored with rows,
 lookups and columns, logits and one hidden layer) read token sequences whose (prompt, answer) lengths are
 drawn from ``benchmarks/results/length_mix.json`` (``length_mix.py``). Providers, in one run:
 
-- ``padded-b8``: the extraction before issue 17: sorted by length, 8 examples per left-padded forward;
+- ``padded-b8``: left-padded batches: sorted by length, 8 examples per left-padded forward;
 - ``packed-b8``: the same batches, each packed into one sequence (``record_forward(pack=True)``);
 - ``packed-budget``: batches of :func:`halluprobe.features.plan_batches` with a 16384-token budget.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run the gpu-marked tests and, optionally, named benchmarks in ONE device call on the lent H200.
+# Run the gpu-marked tests and, optionally, named benchmarks in one go on a CUDA machine.
 #
-# Usage (the command of one `run` call of the device tool; carry `.carry` when a real model is needed):
+# Usage (`.carry/whl/` may hold wheels to install first, for a machine without network access):
 #   bash benchmarks/run_gpu.sh [--no-tests] [BENCHMARK ...]
 # where each BENCHMARK is a script name under benchmarks/ without `.py` (e.g. kernel_accuracy).
 # The image there has python3.12 with torch, triton, transformers, scikit-learn, safetensors; it lacks `gguf`,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for issue 7: gpu tests (tuning candidate 0 pinned) while the tuning candidates compile
+# GPU tests (tuning candidate 0 pinned) while the tuning candidates compile
 # in parallel, then named benchmarks, each under a time budget. Everything lands in $OUT/perf.tgz.
 #   PERF_TESTS="tests/flashstats_kernels" PERF_DIMS="128 64 256" bash benchmarks/run_perf.sh tier_table:150 ...
 set -uo pipefail

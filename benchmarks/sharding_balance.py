@@ -25,7 +25,7 @@ def main() -> None:
     total = sum(seconds)
     env = rows[0]
     lines = [
-        "# Simulated sharding balance (issue 17)",
+        "# Simulated sharding balance",
         "",
         f"Per-forward times measured {env['date']} on {env['gpu']} "
         f"(torch {env['torch']}, triton {env['triton']}): {len(rows)} packed forwards (token budget 16384) "

@@ -1,4 +1,4 @@
-"""Where the whole-forward overhead of the 7-8B shapes at 32K with a 512-token answer goes (issue 13).
+"""Where the whole-forward overhead of the 7-8B shapes at 32K with a 512-token answer goes.
 
 Random-weight Qwen2.5-7B and Qwen3-8B shapes (`families.FAMILIES`), bf16, batch 1, eager, decoder body.
 Side by side in one process: the plain forward (SDPA), then ``record_forward`` with the response rows
@@ -11,7 +11,7 @@ between them are the cost of the split attention and of each tier. Writes ``tier
 from __future__ import annotations
 
 import torch
-from _perf import Deadline, LongCsv, markdown_table, parse_args
+from _perf import Deadline, LongCsv, command_line, markdown_table, parse_args
 from families import FAMILIES, build
 from whole_forward import timed
 
@@ -64,7 +64,11 @@ def report(csv: LongCsv, out) -> None:
         table.append([name, length, f"{p:.1f}", *pct, *steps])
     env = csv.env
     text = f"# Tier shares at R = {ROWS} ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, "
-    text += f"{env['date']})\n\nEager, every layer; '+%' against the plain SDPA forward; 'step' = each mode "
+    text += (
+        f"{env['date']})\n\n"
+        + command_line()
+        + "Eager, every layer; '+%' against the plain SDPA forward; 'step' = each mode "
+    )
     text += "minus the one before, in % of plain.\n\n"
     (out / "tier_share.md").write_text(text + markdown_table(head, table))
 

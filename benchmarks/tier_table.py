@@ -12,7 +12,16 @@ import math
 
 import torch
 from _attn_providers import TIERS, make_inputs, ours, sdpa_provider
-from _perf import Deadline, LongCsv, attention_tflops, bench_ms, causal_pairs, markdown_table, parse_args
+from _perf import (
+    Deadline,
+    LongCsv,
+    attention_tflops,
+    bench_ms,
+    causal_pairs,
+    command_line,
+    markdown_table,
+    parse_args,
+)
 
 PROVIDERS = (*TIERS, "fa2_block", "fa2_full", "cudnn_full")
 
@@ -84,7 +93,7 @@ def write_markdown(csv: LongCsv, path) -> None:
         )
     env = csv.env
     text = f"# Tier table ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
-    text += "32 query / 8 KV heads, bf16, batch 1; median of `triton.testing.do_bench`.\n\n"
+    text += command_line() + "32 query / 8 KV heads, bf16, batch 1; median of `triton.testing.do_bench`.\n\n"
     path.write_text(text + markdown_table(header, out))
 
 

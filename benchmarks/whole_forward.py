@@ -18,7 +18,7 @@ import statistics
 import time
 
 import torch
-from _perf import Deadline, LongCsv, markdown_table, parse_args
+from _perf import Deadline, LongCsv, command_line, markdown_table, parse_args
 
 SHAPES = {
     "Qwen3-8B": dict(
@@ -284,7 +284,11 @@ def report(csv: LongCsv, out) -> None:
     ]
     env = csv.env
     text = f"# Whole forward ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']})\n\n"
-    text += markdown_table(head, table) + "\n## Dense path vs ours (8B attention shape, 36 layers)\n\n"
+    text += (
+        command_line()
+        + markdown_table(head, table)
+        + "\n## Dense path vs ours (8B attention shape, 36 layers)\n\n"
+    )
     text += markdown_table(["path", "L", "R", "ms per forward", "peak KiB per response token"], dense)
     (out / "whole_forward.md").write_text(text)
 

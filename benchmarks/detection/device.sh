@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The detection evaluation on the lent H200 (second of two device calls; see docs/results/detection.md).
+# The detection evaluation on a GPU machine (see docs/results/detection.md).
 #
 # Expects: /tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf reassembled by the caller, the frozen datasets in
 # .carry/data (written here by `run.py --phase prepare`), the gguf wheel in .carry/whl.

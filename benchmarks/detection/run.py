@@ -1,4 +1,4 @@
-"""Detection quality on real data (issue 9): probes vs the same model as a judge vs text-only baselines.
+"""Detection quality on real data: probes vs the same model as a judge vs text-only baselines.
 
 Phases (run all of them with ``--phase all``, or one at a time; each resumes from ``--work``):
 
@@ -242,8 +242,8 @@ def main(argv=None) -> int:
     if bad:
         raise ValueError(f"unknown phase(s) {bad}; expected some of {PHASES} or 'all'")
     args.work.mkdir(parents=True, exist_ok=True)
-    # fixed kernel configs unless --autotune: the autotuned rerun of 2026-12-02 06:36 UTC moved main-table
-    # AUROCs by up to 0.03 (results/detection/rerun_1206; benchmarks/reproducibility.py)
+    # fixed kernel configs unless --autotune: an autotuned rerun moved main-table AUROCs by up to 0.03
+    # (tile choices differ between processes; benchmarks/reproducibility.py)
     clikit.deterministic_kernels(args.device, args.autotune)
     for phase in phases:
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Screenshots of the built site in headless Chromium, at desktop and phone width.
 
 Builds the site, serves it on 127.0.0.1, and saves one PNG per (page, width) into
-``benchmarks/results/docs-screenshots/`` (reduced to 64 colours to keep them small). Needs Debian's
+``site-screenshots/`` (git-ignored; reduced to 64 colours to keep them small). Needs Debian's
 ``chromium`` (``apt-get install -y chromium``). Run from the repository root:
 ``uv run python docs/scripts/screenshots.py``. For a page named with ``#heading`` the shot is of a copy of the
 page with the content between its title and that heading left out (headless Chromium does not scroll to
@@ -25,7 +25,7 @@ from pathlib import Path
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "benchmarks" / "results" / "docs-screenshots"
+OUT = ROOT / "site-screenshots"
 WIDTHS = {"1400": (1400, 1100), "390": (390, 1400)}
 PAGES = {
     "home": "",
@@ -36,7 +36,7 @@ PAGES = {
     "results-roc": "results/detection/#roc-curves-per-task",
     "results-localisation": "results/detection/#token-level-localisation-ragtruth-spans",
     "streaming-cost": "guide/streaming/#cost",
-    "results-performance": "results/performance/#tier-table-paper-q2",
+    "results-performance": "results/performance/#what-you-pay-per-model-family-and-length",
     "reproduce": "results/reproduce/#tables",
     "results-reproducibility": "results/performance/#reproducibility",
 }

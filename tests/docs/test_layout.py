@@ -7,7 +7,7 @@ window that does not scroll inside its own box), tables wider than the content c
 scrolling box, and inline code words (``--no-progress``, ``rows.normalized_entropy``) laid out over two lines.
 At 1400 px the statistics reference table and the detection main table must fit without scrolling. Headless
 Chromium lays pages out at least 500 px wide, so "phone" is 500 px here (below Material's 720 px
-breakpoint, so the phone layout); the screenshots in ``benchmarks/results/docs-screenshots/`` are at 390 px.
+breakpoint, so the phone layout); the screenshots of ``docs/scripts/screenshots.py`` are at 390 px.
 Skipped where Chromium is not installed (``apt-get install -y chromium``).
 """
 

@@ -228,3 +228,68 @@ def test_raster_figures_link_to_their_full_size_file(site):
         assert (page.parent / m.group(1)).is_file(), (page, m.group(1))
     svg = (site / "index.html").read_text()
     assert "passes.svg" in svg and 'href="img/passes.svg"' not in svg  # diagrams stay as they are
+
+
+PHONE_PX = 390
+_LENGTH = re.compile(r"^\s*([\d.]+)\s*(px|pt|)\s*$")
+
+
+def _px(value: str) -> float | None:
+    """A CSS/SVG length in px (``pt`` converted), or None for relative or missing lengths."""
+    m = _LENGTH.match(value or "")
+    return None if m is None else float(m.group(1)) * (4 / 3 if m.group(2) == "pt" else 1)
+
+
+def diagram_problems(page_html: str, svg_file_text) -> list[str]:
+    """Why the diagrams of a built page would not fit a phone: no viewBox, or a fixed width over 390 px.
+
+    ``svg_file_text(src)`` returns the text of an ``<img>``'s SVG file. A diagram's own width (an SVG file's
+    ``width`` attribute) is only its natural size; what sets the width on the page is the ``<img>`` or
+    inline ``<svg>`` element's ``width`` attribute or inline style, which must not fix it wider than a phone.
+    """
+    article = page_html[page_html.find("<article") : page_html.rfind("</article>")]
+    out = []
+    for m in re.finditer(r"<(img|svg)\b([^>]*)>", article):
+        tag, attrs = m.group(1), dict(re.findall(r'([\w:-]+)="([^"]*)"', m.group(2)))
+        src = attrs.get("src", "")
+        if tag == "img" and not src.endswith(".svg"):
+            continue
+        root = attrs if tag == "svg" else dict(re.findall(r'([\w:-]+)="([^"]*)"', re.search(
+            r"<svg\b([^>]*)>", svg_file_text(src)).group(1)))  # fmt: skip
+        if "viewBox" not in root:
+            out.append(f"{src or 'inline svg'}: no viewBox (it cannot scale)")
+        style_width = re.search(r"(?:^|;)\s*(?:min-)?width\s*:\s*([^;]+)", attrs.get("style", ""))
+        for width in (attrs.get("width"), style_width and style_width.group(1)):
+            px = _px(width) if width else None
+            if px is not None and px > PHONE_PX:
+                out.append(
+                    f"{src or 'inline svg'}: fixed width {width} on the page, wider than {PHONE_PX} px"
+                )
+    return out
+
+
+def test_checker_reports_diagrams_that_cannot_fit_a_phone():
+    files = {"a.svg": '<svg width="600pt" height="200pt">', "b.svg": '<svg viewBox="0 0 600 200">'}
+    page = ('<article><img src="a.svg"><img src="b.svg" width="700">'
+            '<img src="b.svg" style="width: 500px"><svg width="24" viewBox="0 0 24 24"></svg>'
+            '<img src="b.svg" class="diagram"></article>')  # fmt: skip
+    found = diagram_problems(page, files.__getitem__)
+    assert found == ["a.svg: no viewBox (it cannot scale)",
+                     "b.svg: fixed width 700 on the page, wider than 390 px",
+                     "b.svg: fixed width 500px on the page, wider than 390 px"]  # fmt: skip
+
+
+def test_diagrams_scale_or_scroll_on_a_phone(site):
+    pages = sorted(site.rglob("*.html"))
+    found, diagrams = [], 0
+    for page in pages:
+        text = page.read_text()
+        diagrams += len(re.findall(r'<img\b[^>]*src="[^"]+\.svg"', text))
+        found += [f"{page.relative_to(site)}: {p}" for p in diagram_problems(
+            text, lambda src, page=page: (page.parent / src).read_text())]  # fmt: skip
+    assert diagrams >= 4 and found == []
+    # at phone width a diagram either shrinks to the column or scrolls inside its own box (docs/stylesheets)
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
+    phone = css[css.index("@media screen and (max-width: 44.9375em)") :]
+    assert re.search(r"p:has\(> img\.diagram\)\s*\{[^}]*overflow-x:\s*auto", phone) or re.search(
+        r"img\.diagram\s*\{[^}]*max-width:\s*100%", phone)  # fmt: skip

@@ -121,7 +121,7 @@ def test_captured_body_scores_every_layer_as_record_forward(monkeypatch, pooled)
         DEFAULT_REQUEST, sink_positions=torch.tensor([list(DEFAULT_REQUEST.sink_positions)])
     )
     plan = shape_plan((0, 1, 2), request, 40, 13, torch.device("cpu"), backend="torch")
-    rows, lookups, columns, _, _ = recorded_forward(model, ids, plan, (0, 1, 2), pooled=pooled)
+    rows, lookups, columns, *_ = recorded_forward(model, ids, plan, (0, 1, 2), pooled=pooled)
     if pooled:
         ent = ref.rows.entropy.double()
         want = torch.stack([ent.mean(-1), ent.std(-1, correction=0), ent.amin(-1), ent.amax(-1)], -1)

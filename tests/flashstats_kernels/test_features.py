@@ -134,6 +134,11 @@ def test_dense_block_and_topk_mass():
     torch.testing.assert_close(fk.row_topk_mass(probs, 3).double(), want, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match=r"heads must lie in \[0, Hq=4\)"):
         fk.dense_response_block(q, k, heads=[4])
+    same = fk.dense_response_block(q.float(), k.float(), key_mask=mask, heads=torch.tensor([3, 0]), window=6)
+    torch.testing.assert_close(same, probs, atol=0, rtol=0)
+    for bad in ([1.0], [True], "01", torch.tensor([[0]])):
+        with pytest.raises(TypeError, match="1-D sequence of query-head indices"):
+            fk.dense_response_block(q, k, heads=bad)
 
 
 def test_dense_pipeline_in_fp32_matches_reference_and_bf16_is_coarser():

@@ -15,7 +15,8 @@ indices are computed inside the graph from the two lengths, so one graph serves 
 the bucket (the price: the prompt rows run masked SDPA). Results are the same as unpadded.
 
 Scope: batch 1, CUDA decoders whose masks Transformers builds with ``create_causal_mask`` (Llama,
-Qwen2/3, Mistral, Gemma 2/3 in Transformers 5); logit statistics and hidden states in per-token mode.
+Qwen2/3, Mistral, Gemma 2/3 in Transformers 5); logit statistics, hidden states and the dense response
+blocks of chosen heads (T4) in per-token mode.
 Tuning and compilation happen in the warm-up runs before each capture. Everything the captured
 kernels read (token ids, gather indices, sink positions) lives as long as its graph.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +39,11 @@ from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 from flashstats_hf.record import (
     DEFAULT_REQUEST,
     _decoder,
+    _dense_heads,
     _HiddenCapture,
     _layer_indices,
     _logit_block_static,
+    _query_heads,
     _stack_layers,
 )
 from flashstats_hf.types import ForwardStats
@@ -195,8 +198,10 @@ def recorded_forward(
         hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
 
     Returns:
-        ``(rows, lookups, columns, logit_stats [1, A, V] | None, hidden [1, NH, A, Dm] | None)``, the
-        attention families stacked over the scored layers (None for families not requested).
+        ``(rows, lookups, columns, logit_stats [1, A, V] | None, hidden [1, NH, A, Dm] | None, dense)``,
+        the attention families stacked over the scored layers (None for families not requested) and
+        ``dense``: layer -> ``[1, H', A, L] float32`` response block of ``plan.dense_heads`` (empty
+        without them).
     """
     body, decoder_layers = _decoder(model)
     answers = _answers(plan) if logits or hidden_layers else None  # hooks read it only with hidden layers
@@ -213,7 +218,8 @@ def recorded_forward(
             hooks._keep(len(decoder_layers), out[0])
     recorder.check_reached(model)
     hidden = torch.stack([hooks.states[i] for i in hidden_layers], dim=1) if hidden_layers else None
-    return (*_stack_layers([recorder.results[i] for i in layers if i in recorder.results]), stats, hidden)
+    stacked = _stack_layers([recorder.results[i] for i in layers if i in recorder.results])
+    return (*stacked, stats, hidden, dict(recorder.dense))
 
 
 @dataclass
@@ -221,7 +227,7 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: BucketInputs  # static inputs (length/rows unused without buckets)
     plan: Plan  # the graph reads its tensors (gather indices, masks) on every replay: keep them alive
-    out: tuple  # static outputs (rows, lookups, columns)
+    out: tuple  # static outputs (rows, lookups, columns, logit_stats, hidden, dense)
 
 
 def _round_up(n: int, step: int) -> int:
@@ -259,10 +265,15 @@ class GraphedRecorder:
         logits: also compute the logit statistics (per-token mode only).
         hidden_layers: hidden states to keep at the answer tokens, indexed as in
             [`flashstats_hf.record_forward`][] (per-token mode only).
+        dense_heads: T4 in the captured forward, as in [`flashstats_hf.record_forward`][]: scored
+            layer -> query heads whose response block is materialised and returned in
+            ``ForwardStats.dense`` (per-token mode only). Each graph keeps a static
+            ``[1, H', R_b, L_b]`` float32 block per named layer.
 
     Raises:
         ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``,
-            or on bad ``max_graphs`` / ``buckets``.
+            or on bad ``max_graphs`` / ``buckets`` / ``dense_heads``, or on ``pooled=True`` with
+            logits, hidden states or dense heads.
     """
 
     def __init__(
@@ -276,6 +287,7 @@ class GraphedRecorder:
         buckets: tuple[int, int] | None = None,
         logits: bool = False,
         hidden_layers: int | Sequence[int] | None = None,
+        dense_heads: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         if buckets is not None and not (
             isinstance(buckets, tuple)
@@ -285,9 +297,10 @@ class GraphedRecorder:
             raise ValueError(
                 f"buckets must be None or (length_step, rows_step) positive ints, got {buckets!r}"
             )
-        if pooled and (logits or hidden_layers is not None):
+        if pooled and (logits or hidden_layers is not None or dense_heads is not None):
             raise ValueError(
-                "pooled=True covers attention statistics only: pass logits=False, hidden_layers=None"
+                "pooled=True covers attention statistics only: pass logits=False, hidden_layers=None, "
+                "dense_heads=None"
             )
         register_flashstats()
         device = next(model.parameters()).device
@@ -307,6 +320,7 @@ class GraphedRecorder:
             if hidden_layers is None
             else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
         )
+        self.dense_heads = _dense_heads(dense_heads, self.layers, len(decoder_layers), _query_heads(model))
         request = DEFAULT_REQUEST if request is None else request
         if not isinstance(request, StatsRequest):
             raise TypeError(f"request must be a StatsRequest or None, got {type(request).__name__}")
@@ -328,6 +342,7 @@ class GraphedRecorder:
             plan, position_ids = self._plan(inputs.ids.shape[1], rows), None
         else:
             plan, position_ids = bucket_plan(self.layers, self.request, inputs, rows)
+        plan = dataclasses.replace(plan, dense_heads=self.dense_heads)
         out = recorded_forward(
             self.model, inputs.ids, plan, self.layers, pooled=self.pooled, position_ids=position_ids,
             logits=self.logits, hidden_layers=self.hidden_layers,
@@ -399,7 +414,7 @@ class GraphedRecorder:
         """Per-token statistics of the example (answer slots past ``rows`` and padding keys cut off)."""
         dev = self.device
         start = torch.full((1,), length - rows, device=dev)
-        row_stats, lookups, columns, logit_stats, hidden = stats
+        row_stats, lookups, columns, logit_stats, hidden, dense = stats
         if row_stats is not None:
             row_stats = RowStats(*(x[..., :rows].clone() for x in _values(row_stats)))
         if lookups is not None:
@@ -424,6 +439,8 @@ class GraphedRecorder:
             hidden_layers=self.hidden_layers,
             hidden=None if hidden is None else hidden[:, :, :rows].clone(),
             response_start=start,
+            dense={i: block[:, :, :rows, padded - length :].clone() for i, block in dense.items()},
+            dense_heads={i: self.dense_heads[i] for i in dense},
         )
 
 

@@ -8,6 +8,7 @@ CUDA tensor back to the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -164,6 +165,18 @@ def _capturing(device: torch.device) -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
+def device_ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """``[N] int64`` tensor of ``values`` on ``device``.
+
+    While a CUDA graph is being captured the values are written on the device by fill kernels (a
+    host-to-device copy cannot be captured); otherwise they are copied over.
+    """
+    if _capturing(device):
+        cols = [torch.full((1,), v, dtype=torch.int64, device=device) for v in values]
+        return torch.cat(cols) if cols else torch.empty(0, dtype=torch.int64, device=device)
+    return torch.tensor(list(values), dtype=torch.int64).to(device, non_blocking=True)
+
+
 def normalize_sink_positions(sink_positions: object, b: int, device: torch.device) -> torch.Tensor:
     """Turns ``sink_positions`` (tuple of ints or ``[B, S]`` integer tensor) into ``[B, S] int64``.
 
@@ -173,11 +186,7 @@ def normalize_sink_positions(sink_positions: object, b: int, device: torch.devic
     if isinstance(sink_positions, (tuple, list)):
         if not all(isinstance(p, int) and not isinstance(p, bool) for p in sink_positions):
             raise TypeError(f"sink_positions tuple must hold ints, got {sink_positions!r}")
-        if _capturing(device):
-            cols = [torch.full((b,), p, dtype=torch.int64, device=device) for p in sink_positions]
-            return torch.stack(cols, 1) if cols else torch.empty(b, 0, dtype=torch.int64, device=device)
-        pos = torch.tensor(list(sink_positions), dtype=torch.int64).to(device, non_blocking=True)
-        return pos.unsqueeze(0).expand(b, len(sink_positions))
+        return device_ints(sink_positions, device).unsqueeze(0).expand(b, len(sink_positions))
     if not isinstance(sink_positions, torch.Tensor):
         got = type(sink_positions).__name__
         raise TypeError(f"sink_positions must be a tuple of ints or a [B, S] int64 tensor, got {got}")

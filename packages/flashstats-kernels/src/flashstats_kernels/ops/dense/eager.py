@@ -9,11 +9,12 @@ reductions over the rounded weights.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
 
-from flashstats_kernels._problem import check_problem, normalize_sink_positions
+from flashstats_kernels._problem import check_problem, device_ints, normalize_sink_positions
 from flashstats_kernels.ops.columns.naive import naive_counted_rows
 from flashstats_kernels.ops.forward.naive import naive_visibility
 from flashstats_kernels.types import AttentionResult, ColumnStats, LookupStats, RowStats, StatsRequest
@@ -36,14 +37,27 @@ def _softmax(s: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
 def _head_index(
     heads: Sequence[int] | torch.Tensor | None, q_heads: int, device: torch.device
 ) -> torch.Tensor:
+    """``[H'] int64`` query-head indices on ``device``, range-checked unless they already live on a GPU."""
     if heads is None:
         return torch.arange(q_heads, device=device)
-    idx = torch.as_tensor(heads, device=device)
+    bad = f"heads must be None or a 1-D sequence of query-head indices, got {heads!r}"
+    if isinstance(heads, (str, bytes)):
+        raise TypeError(bad)
+    if isinstance(heads, Sequence):
+        if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) for h in heads):
+            raise TypeError(bad)
+        if any(not 0 <= h < q_heads for h in heads):
+            raise ValueError(f"heads must lie in [0, Hq={q_heads}), got {list(heads)}")
+        return device_ints([int(h) for h in heads], device)  # fill kernels while a CUDA graph is captured
+    try:
+        idx = torch.as_tensor(heads)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(bad) from None
     if idx.dim() != 1 or idx.dtype.is_floating_point or idx.dtype == torch.bool:
-        raise TypeError(f"heads must be None or a 1-D sequence of query-head indices, got {heads!r}")
+        raise TypeError(bad)
     if idx.device.type == "cpu" and idx.numel() and (bool((idx < 0).any()) or bool((idx >= q_heads).any())):
         raise ValueError(f"heads must lie in [0, Hq={q_heads}), got {idx.tolist()}")
-    return idx.long()
+    return idx.to(device=device, dtype=torch.int64)
 
 
 def dense_response_block(
