@@ -204,9 +204,11 @@ def run_bash(block: Block, cwd: Path) -> None:
     assert proc.returncode == 0, f"{block.page}:{block.line} exits {proc.returncode}:\n{proc.stderr[-3000:]}"
 
 
-SLOW_PAGES = {"docs/guide/kernels.md"}
-"""Pages whose examples take long on 2 CPU cores (Inductor compiles a call on the CPU); CI runs them, and
-the default run covers the same fullgraph compile with the aot_eager backend (test_library.py)."""
+SLOW_PAGES = {"docs/guide/kernels.md", "docs/api/halluprobe.md"}
+"""Pages whose examples take long on 2 CPU cores; CI runs them. kernels.md: Inductor compiles a call on the
+CPU (the default run covers the same fullgraph compile with the aot_eager backend, test_library.py).
+api/halluprobe.md: training and scoring run a proxy over dozens of examples (the default run covers
+`halluprobe.train` and `Detector` on a tiny proxy in tests/halluprobe)."""
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ def detector(ext):
     _, _, _, recs = _examples(ext, TRIPLES * 4)
     y = np.arange(len(recs)) % 2
     fit = fit_blocks(make_blocks("A7L9", heads=[0, 3], k=1), "A7L9", recs[:12], y[:12], recs[12:], y[12:])
-    return Detector(fit, None, None, ext.hidden_layers)
+    return Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
 
 
 def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
@@ -52,7 +52,7 @@ def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
     batch = detector.predict_batch(TRIPLES, batch_size=2)
     assert len(batch) == len(TRIPLES)
     for (c, q, a), got in zip(TRIPLES, batch, strict=True):
-        one = detector.predict(c, q, a)
+        one = detector.predict_text(c, q, a)
         assert got.probability == pytest.approx(one.probability, abs=1e-5)
         np.testing.assert_allclose(got.token_scores, one.token_scores, atol=1e-5)
         assert got.tokens == list(a) and got.label == int(got.probability >= got.threshold)
@@ -82,13 +82,13 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     # a neighbourhood view, smoothing and gap merging, all saved with the detector
     probe = fit_token_probe(examples[:6], examples[6:], windows=(2,), smooths=(1,), gaps=(2,))
     assert (probe.window, probe.smooth, probe.gap) == (2, 1, 2)
-    flag_all = replace(detector.fit, threshold=0.0)  # every answer hallucinated: its spans are reported
-    Detector(flag_all, None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    flag_all = replace(detector.probe_, threshold=0.0)  # every answer hallucinated: its spans are reported
+    Detector.from_probe(flag_all, hidden_layers=ext.hidden_layers, token_probe=probe).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
     for field in ("mean", "scale", "coef"):
-        np.testing.assert_array_equal(getattr(loaded.token_probe, field), getattr(probe, field))
-    assert (loaded.token_probe.threshold, loaded.token_probe.C) == (probe.threshold, probe.C)
-    assert (loaded.token_probe.window, loaded.token_probe.smooth, loaded.token_probe.gap) == (2, 1, 2)
+        np.testing.assert_array_equal(getattr(loaded.token_probe_, field), getattr(probe, field))
+    assert (loaded.token_probe_.threshold, loaded.token_probe_.C) == (probe.threshold, probe.C)
+    assert (loaded.token_probe_.window, loaded.token_probe_.smooth, loaded.token_probe_.gap) == (2, 1, 2)
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
@@ -101,9 +101,9 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     token_p = 1 / (1 + np.exp(-probe.decision_function(feats)))  # one character per token
     for sp in pred.spans:
         assert sp.confidence == pytest.approx(float(token_p[sp.start : sp.end].mean()))
-    assert Detector.load(tmp_path / "d").token_probe is not None
+    assert Detector.load(tmp_path / "d").token_probe_ is not None
     detector.save(tmp_path / "plain")
-    assert Detector.load(tmp_path / "plain").token_probe is None
+    assert Detector.load(tmp_path / "plain").token_probe_ is None
 
 
 def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, capsys):
@@ -310,9 +310,11 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     ]  # fmt: skip
     probe = fit_token_probe(examples[:6], examples[6:], windows=(0,), view="mean+hidden")
     assert probe.view == "mean+hidden"
-    Detector(replace(detector.fit, threshold=0.0), None, None, ext.hidden_layers, probe).save(tmp_path / "d")
+    Detector.from_probe(
+        replace(detector.probe_, threshold=0.0), hidden_layers=ext.hidden_layers, token_probe=probe
+    ).save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
-    assert loaded.token_probe.view == "mean+hidden"
+    assert loaded.token_probe_.view == "mean+hidden"
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])

@@ -68,7 +68,7 @@ def test_general_training_then_predict_with_no_detector_path(
     out, err = capsys.readouterr()
     assert f"detector: {ENV_VAR}={folder}" in err
     pred = json.loads(out)
-    want = Detector.load(folder).predict("amber basil", "", "kelp", device="cpu")
+    want = Detector.load(folder).predict_text("amber basil", "", "kelp", device="cpu")
     assert pred["probability"] == pytest.approx(want.probability, abs=1e-6) and pred["label"] == want.label
 
 
@@ -87,8 +87,8 @@ def test_load_returns_the_default_or_the_named_detector(record_factory, tmp_path
     rng = np.random.default_rng(0)
     recs = [record_factory(f"r{i}", rng) for i in range(20)]
     y = np.arange(20) % 2
-    det = Detector(
-        fit_blocks(make_blocks("L9", [0], 1), "L9", recs[:12], y[:12], recs[12:], y[12:]), None, None, (1,)
+    det = Detector.from_probe(
+        fit_blocks(make_blocks("L9", [0], 1), "L9", recs[:12], y[:12], recs[12:], y[12:]), hidden_layers=(1,)
     )
     folder = det.save(tmp_path / "mine")
     assert load(folder).source == folder  # a path: that detector

@@ -41,7 +41,10 @@ def saved(forward_factory, tmp_path_factory):
         rng = np.random.default_rng(0)
         y_tr, y_va = rng.permutation(np.arange(24) % 2), rng.permutation(np.arange(12) % 2)
         fit = fit_blocks(make_blocks("ALL", heads=[0, 4], k=2), "ALL", train, y_tr, val, y_va)
-        _SAVED["v"] = (Detector(fit, None, None, (1,)).save(tmp_path_factory.mktemp("det") / "d"), val)
+        _SAVED["v"] = (
+            Detector.from_probe(fit, hidden_layers=(1,)).save(tmp_path_factory.mktemp("det") / "d"),
+            val,
+        )
     return _SAVED["v"]
 
 

@@ -97,13 +97,13 @@ def test_leave_one_source_out_never_fits_on_the_held_out_source(sources, monkeyp
         set(v) == set(names) for v in result.loso_auroc.values()
     )
     assert result.feature_set == max(SETS, key=lambda fs: (means[fs], -SETS.index(fs)))
-    assert result.detector.fit.selection["loso_auroc"] == pytest.approx(means[result.feature_set])
+    assert result.detector.probe_.selection["loso_auroc"] == pytest.approx(means[result.feature_set])
 
 
 def test_calibration_matches_the_weighted_base_rate_and_the_threshold_is_chosen(sources):
     datasets, records = sources
     result = _fit(sources)
-    fit = result.detector.fit
+    fit = result.detector.probe_
     val = [r for ds in datasets for r in records[ds.name]["validation"]]
     y = np.concatenate([ds.validation.labels for ds in datasets])
     src = np.repeat(np.arange(3), [len(ds.validation) for ds in datasets])

@@ -84,7 +84,7 @@ def _g_detector(record_factory, name="GA7L9"):
     recs = fill_grounding([record_factory(ex.id, rng) for ex in exs], exs)
     y = np.arange(24) % 2
     fit = fit_blocks(make_blocks(name, heads=[0, 1], k=1), name, recs[:16], y[:16], recs[16:], y[16:])
-    return Detector(fit, None, None, (1,)), recs
+    return Detector.from_probe(fit, hidden_layers=(1,)), recs
 
 
 def test_detector_with_g_saves_loads_and_checks_its_features(record_factory, tmp_path):
@@ -95,7 +95,7 @@ def test_detector_with_g_saves_loads_and_checks_its_features(record_factory, tmp
     det, recs = _g_detector(record_factory)
     det.save(tmp_path / "d")
     loaded = Detector.load(tmp_path / "d")
-    assert loaded.uses_grounding and [b.name for b in loaded.fit.blocks] == ["G", "A7", "L9"]
+    assert loaded.uses_grounding and [b.name for b in loaded.probe_.blocks] == ["G", "A7", "L9"]
     np.testing.assert_array_equal(loaded.score_records(recs), det.score_records(recs))
     # a G block saved with other grounding features than this install computes is refused
     doc = json.loads((tmp_path / "d" / "detector.json").read_text())
@@ -147,10 +147,10 @@ def test_predict_with_a_g_detector(char_llama, char_extractor, monkeypatch):
     recs = fill_grounding(reduce_forward(ext.forward(encoded), [ex.id for ex in exs]), exs)
     y = np.arange(16) % 2
     fit = fit_blocks(make_blocks("GL9", heads=[0], k=1), "GL9", recs[:10], y[:10], recs[10:], y[10:])
-    det = Detector(fit, None, None, ext.hidden_layers)
+    det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     c, q, a = TEXTS[1]
-    pred = det.predict(c, q, a)
+    pred = det.predict_text(c, q, a)
     (want,) = det.score_records(recs[1:2])
     assert pred.probability == pytest.approx(float(want), abs=1e-5)
     fs = ext.forward([ext.encode(exs[1])])

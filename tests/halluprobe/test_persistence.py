@@ -28,11 +28,11 @@ def fitted(forward_factory):
 
 def test_save_load_round_trip(tmp_path, fitted):
     fit, val = fitted
-    det = Detector(fit, "some/proxy", None, (1,))
+    det = Detector.from_probe(fit, proxy="some/proxy", hidden_layers=(1,))
     det.save(tmp_path / "d")
     again = Detector.load(tmp_path / "d")
-    np.testing.assert_array_equal(again.fit.predict_proba(val), fit.predict_proba(val))
-    assert again.fit.threshold == fit.threshold and again.fit.feature_set == "ALL"
+    np.testing.assert_array_equal(again.probe_.predict_proba(val), fit.predict_proba(val))
+    assert again.probe_.threshold == fit.threshold and again.probe_.feature_set == "ALL"
     assert again.proxy == "some/proxy" and again.layers is None and again.hidden_layers == (1,)
     doc = json.loads((tmp_path / "d" / "detector.json").read_text())
     assert doc["format_version"] == FORMAT_VERSION
@@ -42,7 +42,7 @@ def test_save_load_round_trip(tmp_path, fitted):
 
 def test_load_rejects_tampered_tensors_and_other_versions(tmp_path, fitted):
     fit, _ = fitted
-    path = Detector(fit, None, None, (1,)).save(tmp_path / "d")
+    path = Detector.from_probe(fit, hidden_layers=(1,)).save(tmp_path / "d")
     tensors = path / "detector.safetensors"
     good = tensors.read_bytes()
     data = bytearray(good)
@@ -87,7 +87,7 @@ def test_saved_files_follow_the_umask(tmp_path, fitted):
 
     old = os.umask(0o022)
     try:
-        Detector(fitted[0], None, None, (1,)).save(tmp_path / "d")
+        Detector.from_probe(fitted[0], hidden_layers=(1,)).save(tmp_path / "d")
     finally:
         os.umask(old)
     for name in ("detector.json", "detector.safetensors"):

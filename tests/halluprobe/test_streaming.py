@@ -61,7 +61,7 @@ def detector() -> Detector:
     fit = fit_blocks(
         make_blocks("A7A64L9", heads=[0, 5], k=2), "A7A64L9", recs[:24], y[:24], recs[24:], y[24:]
     )
-    det = Detector(fit, None, None, ext.hidden_layers)
+    det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
     det._extractor = ext
     return det
 
@@ -89,7 +89,7 @@ def test_following_chunks_equals_teacher_forced_predict(detector):
         ref = _teacher_forced(detector, prompt, follower.answer_ids[: u.answer_tokens])
         assert u.probability == pytest.approx(ref.probability, abs=PROB_TOL)
         np.testing.assert_allclose(u.token_scores, ref.token_scores[-len(u.tokens) :], atol=PROB_TOL)
-    final = detector.predict(context, question, answer)
+    final = detector.predict_text(context, question, answer)
     assert updates[-1].probability == pytest.approx(final.probability, abs=PROB_TOL)
     assert updates[-1].label == final.label
     np.testing.assert_allclose(follower.prediction().token_scores, final.token_scores, atol=PROB_TOL)
@@ -153,7 +153,7 @@ def test_cli_stream_json_lines(detector, tmp_path, capsys, monkeypatch):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [x["event"] for x in lines] == ["tokens"] * (len(lines) - 1) + ["done"]
     assert sum(len(x["tokens"]) for x in lines[:-1]) == 5
-    final = detector.predict(context, "", answer)
+    final = detector.predict_text(context, "", answer)
     assert lines[-1]["probability"] == pytest.approx(final.probability, abs=PROB_TOL)
     assert (
         main(["stream", str(tmp_path / "det"), "--context", context, "--generate", "--max-new-tokens", "3"])
@@ -185,7 +185,7 @@ def test_cli_stream_follows_stdin(detector, tmp_path, capsys, monkeypatch):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[-1]["event"] == "done" and lines[-1]["answer_tokens"] == 4
     assert lines[-1]["probability"] == pytest.approx(
-        detector.predict(context, "", answer).probability, abs=PROB_TOL
+        detector.predict_text(context, "", answer).probability, abs=PROB_TOL
     )
 
 
@@ -273,12 +273,12 @@ def test_streaming_a_grounding_detector_ends_at_its_prediction(detector):
         )
     y = np.arange(32) % 2
     fit = fit_blocks(make_blocks("GL9", heads=[0], k=1), "GL9", recs[:20], y[:20], recs[20:], y[20:])
-    det = Detector(fit, None, None, ext.hidden_layers)
+    det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
     det._extractor = ext
     context, question, answer = _text(rng, 14), _text(rng, 3), _text(rng, 6)
     follower = StreamingScorer(det).follow(context, question)
     updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
     updates.append(follower.finish())
-    final = det.predict(context, question, answer)
+    final = det.predict_text(context, question, answer)
     assert updates[-1].probability == pytest.approx(final.probability, abs=PROB_TOL)
     assert follower.prediction().probability == pytest.approx(final.probability, abs=PROB_TOL)

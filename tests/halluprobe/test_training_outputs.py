@@ -95,7 +95,7 @@ def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factor
 
     _, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 3, token_view="heads+hidden")
     assert loc["token_auroc"] > 0.8 and 0 < loc["span_f1"] <= 1 and loc["n_answers"] == 20
-    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
+    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe_
     assert probe is not None and probe.threshold == loc["threshold"] and probe.C == loc["C"]
     assert probe.view == loc["view"] == "heads+hidden"  # the view travels with the saved probe
     assert loc["cv_folds"] == 0
@@ -108,7 +108,7 @@ def test_train_with_cross_validated_token_probe(tmp_path, record_factory, char_l
 
     tokens, loc = _train_with_tokens(tmp_path, record_factory, char_llama, 4, token_view="mean", token_cv=4)
     assert loc["cv_folds"] == 4 and loc["token_auroc"] > 0.8 and loc["n_answers"] == 20
-    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe
+    probe = Detector.load(tmp_path / "detectors" / "L9").token_probe_
     same = fit_token_probe_cv([*tokens["train"], *tokens["validation"]], folds=4, view="mean")
     assert probe.threshold == same.threshold and probe.C == same.C
     np.testing.assert_allclose(probe.coef, same.coef)

@@ -72,7 +72,7 @@ def tiny_detector(
     y = np.arange(40) % 2
     blocks = make_blocks(feature_set, heads=list(heads), k=2)
     fit = fit_blocks(blocks, feature_set, recs[:24], y[:24], recs[24:], y[24:])
-    det = Detector(fit, None, None, ext.hidden_layers)
+    det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
     ext.reads = detector_reads(det, layers, 4)  # what Detector.extractor() sets on a loaded proxy
     det._extractor = ext
     return det

@@ -19,7 +19,7 @@ def test_page_scores_and_highlights_spans(detector, serve, tmp_path):
     context = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12"
     answer = "w1 w40 w41 w42 w43 w2 w44 w45"
     with serve(detector) as (url, _, _):
-        want = detector.predict(context, "w3", answer)
+        want = detector.predict_text(context, "w3", answer)
         assert want.spans  # the page has something to highlight
         browser = Browser(CHROMIUM, tmp_path / "profile")
         try:

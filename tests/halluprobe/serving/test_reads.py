@@ -16,8 +16,8 @@ def test_a7h64_reads_two_layers_no_columns_no_logits():
     det = tiny_detector("A7H64", heads=(0, 5), layers=4)  # heads 0 and 5 of 4 per layer: layers 0 and 1
     reads = detector_reads(det, n_layers=4, n_heads=4)
     assert reads == DetectorReads(layers=(0, 1), lookups=reads.lookups, columns=False, logits=False,
-                                  hidden_layers=det.hidden_layers)  # fmt: skip
-    full = ProxyExtractor(det.extractor().model, det.extractor().tokenizer, None, det.hidden_layers)
+                                  hidden_layers=det.hidden_layers_)  # fmt: skip
+    full = ProxyExtractor(det.extractor().model, det.extractor().tokenizer, None, det.hidden_layers_)
     ext = det.extractor()
     assert ext.reads == reads  # the detector's extractor computes only its reads
     rng = np.random.default_rng(3)

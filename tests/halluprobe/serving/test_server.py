@@ -35,7 +35,7 @@ def test_endpoints_score_like_the_library(detector, serve):
     with serve(detector) as (url, _, _):
         assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "queued": 0}
         card = httpx.get(f"{url}/v1/detector").json()
-        assert card["feature_set"] == "A7L9" and card["threshold"] == pytest.approx(detector.fit.threshold)
+        assert card["feature_set"] == "A7L9" and card["threshold"] == pytest.approx(detector.probe_.threshold)
         schema = httpx.get(f"{url}/openapi.json").json()
         assert {"/v1/score", "/v1/detector", "/healthz"} <= set(schema["paths"])
         assert {"ScoreItem", "ItemScore", "ItemError", "DetectorCard"} <= set(schema["components"]["schemas"])
@@ -45,7 +45,7 @@ def test_endpoints_score_like_the_library(detector, serve):
         many = httpx.post(f"{url}/v1/score", json=items).json()["results"]
     assert len(one) == 1 and len(many) == 3
     for item, got in zip(items, many, strict=True):
-        want = detector.predict(item["context"], item["question"], item["answer"])
+        want = detector.predict_text(item["context"], item["question"], item["answer"])
         assert got["status"] == "ok" and got["probability"] == pytest.approx(want.probability, abs=TOL)
         assert got["label"] == want.label and got["answer_tokens"] == len(want.tokens)
         assert [(s["start"], s["end"]) for s in got["spans"]] == [(s.start, s.end) for s in want.spans]
@@ -89,7 +89,7 @@ def test_bad_requests_get_one_line_reasons(detector, serve):
     assert [g["status"] for g in got] == ["ok", "error", "error", "ok"]
     assert got[1]["error"] == "too_long" and got[1]["message"].startswith("example 'item 1' has 3")
     assert got[2] == {"status": "error", "error": "empty_answer", "message": "item 2: the answer is empty"}
-    want = detector.predict(items[2]["context"], items[2]["question"], items[2]["answer"])
+    want = detector.predict_text(items[2]["context"], items[2]["question"], items[2]["answer"])
     assert got[3]["probability"] == pytest.approx(want.probability, abs=TOL)
 
 
@@ -128,7 +128,7 @@ def test_concurrent_requests_share_a_forward_and_equal_unbatched(detector, serve
         batches = app.state.queue.batches
     assert batches == 1  # six requests, one packed forward (the batch filled before the wait ended)
     for i, item in enumerate(items):
-        want = detector.predict(item["context"], item["question"], item["answer"])
+        want = detector.predict_text(item["context"], item["question"], item["answer"])
         assert out[i]["probability"] == pytest.approx(want.probability, abs=TOL)
         assert [(s["start"], s["end"]) for s in out[i]["spans"]] == [(s.start, s.end) for s in want.spans]
 
@@ -189,7 +189,7 @@ def test_shutdown_finishes_the_requests_in_flight(detector, serve):
         server.should_exit = True  # what SIGINT/SIGTERM does
         t.join()
     assert got[0].status_code == 200
-    want = detector.predict(item["context"], item["question"], item["answer"])
+    want = detector.predict_text(item["context"], item["question"], item["answer"])
     assert got[0].json()["results"][0]["probability"] == pytest.approx(want.probability, abs=TOL)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/healthz")

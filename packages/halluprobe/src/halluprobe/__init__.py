@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.training._calibration import Calibrator, DegenerateFitWarning
     from halluprobe.training._general import GeneralFit, fit_general, train_general
+    from halluprobe.training._train import train
 
 __version__ = "0.1.0"
 
@@ -77,6 +78,7 @@ _EXPORTS = {
     "GeneralFit": "training._general",
     "fit_general": "training._general",
     "train_general": "training._general",
+    "train": "training._train",
     "load": "detectors._default",
     "fill_grounding": "features._grounding",
     "PredictedSpan": "localisation._verdict_spans",
@@ -159,6 +161,7 @@ __all__ = [
     "select_l9",
     "select_sink_count",
     "shard_batches",
+    "train",
     "train_feature_sets",
     "train_general",
 ]

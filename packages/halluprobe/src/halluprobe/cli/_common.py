@@ -22,7 +22,7 @@ def load_detector(path: str | None):
     det = load(path)
     if path is None:
         folder, how = default_path()
-        clikit.status(f"detector: {how} ({folder}, {det.fit.feature_set})")
+        clikit.status(f"detector: {how} ({folder}, {det.probe_.feature_set})")
     return det
 
 

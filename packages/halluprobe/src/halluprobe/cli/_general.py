@@ -134,9 +134,9 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
         "sources": {ds.name: spec for ds, spec in zip(datasets, specs, strict=True)},
         "limit": args.limit,
         "feature_set": result.feature_set,
-        "threshold": result.detector.fit.threshold,
+        "threshold": result.detector.probe_.threshold,
         "calibration": {"slope": result.calibration[0], "intercept": result.calibration[1]},
-        "selection": result.detector.fit.selection,
+        "selection": result.detector.probe_.selection,
         "loso_auroc": result.loso_auroc,
         "mean_loso_auroc": result.mean_loso_auroc(),
     }

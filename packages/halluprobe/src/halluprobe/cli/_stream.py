@@ -141,7 +141,7 @@ def cmd_stream(args) -> int:
             print(f"p={u.probability:.3f}  {words}", flush=True)
     if last is None:
         raise clikit.UsageError("the answer is empty: nothing to score")
-    threshold = scorer.detector.fit.threshold
+    threshold = scorer.detector.probe_.threshold
     if args.json:
         done = {"event": "done", "probability": float(last.probability), "label": last.label,
                 "threshold": threshold, "answer_tokens": last.answer_tokens}  # fmt: skip

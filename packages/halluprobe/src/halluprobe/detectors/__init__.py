@@ -20,8 +20,8 @@ if TYPE_CHECKING:
         LookbackLensHeads,
         SinkProbe,
         SinkRate,
-        mtopdiv,
     )
+    from halluprobe.detectors._published_inputs import mtopdiv
     from halluprobe.detectors._streaming import Follower, StreamingScorer, StreamUpdate, stream_text_chunks
 
 _EXPORTS = {
@@ -35,8 +35,8 @@ _EXPORTS = {
         "LookbackLensHeads",
         "SinkProbe",
         "SinkRate",
-        "mtopdiv",
     ),
+    "_published_inputs": ("mtopdiv",),
     "_streaming": ("Follower", "StreamUpdate", "StreamingScorer", "stream_text_chunks"),
 }
 

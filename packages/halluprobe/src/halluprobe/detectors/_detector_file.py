@@ -14,10 +14,22 @@ import json
 import math
 import os
 import stat
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from halluprobe.localisation._localisation import TokenProbe
+    from halluprobe.training._protocol import ProbeFit
+
+FORMAT_VERSION = 3
+"""Version of the saved-detector format; ``Detector.load`` accepts only it.
+
+Version 2: L9 stores its fixed feature names (version 1 stored a per-split RFE over the seven old logit
+statistics, which records no longer hold). Version 3: ``detector.json`` carries an ``integrity`` hash of
+all its fields, so any edit to the metadata is refused."""
 
 MAX_JSON_BYTES = 16 << 20
 """Largest ``detector.json`` read (a real one is a few kilobytes)."""
@@ -243,3 +255,122 @@ def check_final(tensors: dict[str, np.ndarray], width: int, where: str) -> None:
         _expect(key, arr, (width,), where)
     if (tensors["scaler.scale"] <= 0).any():
         raise ValueError(f"{where}: tensor 'scaler.scale' has zero or negative entries (a division by zero)")
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages a saved detector depends on (``"absent"`` when missing)."""
+    out = {}
+    for pkg in ("halluprobe", "flashstats-hf", "flashstats-kernels", "torch", "transformers", "scikit-learn"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> TokenProbe | None:
+    """The saved token probe (None when the detector has none), every field and array checked."""
+    if meta is None:
+        return None
+    from halluprobe.features._token_data import TOKEN_VIEWS
+    from halluprobe.localisation._localisation import TokenProbe
+
+    keys = ("intercept", "C", "threshold", "val_auroc")
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: field 'token_probe' must be an object with numbers {keys}")
+    for key in keys:
+        number(meta, key, where, field=f"token_probe.{key}")
+    try:
+        mean, scale, coef = (tensors[f"token.{k}"] for k in ("mean", "scale", "coef"))
+    except KeyError as exc:
+        raise ValueError(f"{where}: the token probe's tensor {exc} is missing") from None
+    if not (mean.ndim == 1 and mean.shape == scale.shape == coef.shape):
+        raise ValueError(
+            f"{where}: token probe tensors must be [F] each, got {mean.shape}, {scale.shape}, {coef.shape}"
+        )
+    if not all(np.isfinite(a).all() for a in (mean, scale, coef)) or not np.all(scale > 0):
+        raise ValueError(f"{where}: the token probe's tensors must be finite with a positive scale")
+    intercept, c, threshold = (float(meta[k]) for k in keys[:3])
+    decoding = {k: meta.get(k, 0) for k in ("window", "smooth", "gap")}  # absent: saved before they existed
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 64 for v in decoding.values()):
+        raise ValueError(f"{where}: token probe window/smooth/gap must be integers in 0..64, got {decoding}")
+    view = meta.get("view", "mean")  # absent: saved before views existed (the head-mean features)
+    if view not in TOKEN_VIEWS:
+        raise ValueError(f"{where}: token probe view must be one of {TOKEN_VIEWS}, got {view!r}")
+    return TokenProbe(
+        mean, scale, coef, intercept, c, threshold, float(meta["val_auroc"]), **decoding, view=view
+    )
+
+
+def probe_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], doc_where: str, where: str) -> ProbeFit:
+    """The `ProbeFit` of a checked document (``doc_where``) and its tensors (``where``), arrays checked."""
+    from halluprobe.blocks._blocks import Standardizer, block_from_state
+    from halluprobe.training._protocol import ProbeFit
+
+    blocks, width = [], 0
+    for i, cfg in enumerate(doc["blocks"]):
+        prefix = f"block{i}."
+        arrays = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        try:
+            block = block_from_state(cfg, arrays)
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"{doc_where}: field 'blocks[{i}]' ({cfg.get('name')!r}): {detail}") from None
+        width += block_width(block.name, block.config, block.arrays, where)
+        blocks.append(block)
+    check_final(tensors, width, where)
+    scaler = Standardizer()
+    scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
+    return ProbeFit(
+        feature_set=doc["feature_set"], blocks=blocks, scaler=scaler, coef=tensors["coef"],
+        intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),
+        val_auroc=float("nan") if doc["val_auroc"] is None else float(doc["val_auroc"]),
+        selection=dict(doc.get("selection", {})),
+    )  # fmt: skip
+
+
+def write_folder(
+    path: Path,
+    probe: ProbeFit,
+    tp: TokenProbe | None,
+    meta: dict[str, Any],
+    json_name: str,
+    tensors_name: str,
+) -> Path:
+    """Write a detector's two files (atomically): its arrays, then ``meta`` with the recipe and hashes."""
+    from halubench_data.files import atomic_path, atomic_write_bytes
+    from safetensors.numpy import save_file
+
+    from halluprobe.features._cache import sha256_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {"scaler.mean": probe.scaler.mean_, "scaler.scale": probe.scaler.scale_, "coef": probe.coef}
+    configs = []
+    for i, block in enumerate(probe.blocks):
+        config, arrays = block.state()
+        configs.append(config)
+        tensors.update({f"block{i}.{k}": v for k, v in arrays.items()})
+    if tp is not None:
+        tensors.update({"token.mean": tp.mean, "token.scale": tp.scale, "token.coef": tp.coef})
+    with atomic_path(path / tensors_name) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
+        digest = sha256_file(tmp)
+    doc = {
+        **meta,
+        "feature_set": probe.feature_set, "blocks": configs, "intercept": probe.intercept, "C": probe.C,
+        "threshold": probe.threshold,
+        "val_auroc": probe.val_auroc if np.isfinite(probe.val_auroc) else None,
+        "selection": probe.selection,
+        "versions": versions(),
+        "tensors_sha256": digest,
+        "token_probe": None
+        if tp is None
+        else {
+            **{k: float(getattr(tp, k)) for k in ("intercept", "C", "threshold", "val_auroc")},
+            **{k: int(getattr(tp, k)) for k in ("window", "smooth", "gap")},
+            "view": tp.view,
+        },
+    }  # fmt: skip
+    doc["integrity"] = document_digest(doc)
+    atomic_write_bytes(path / json_name, json.dumps(doc, indent=1, allow_nan=False).encode())
+    return path

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from halubench_data.files import atomic_write_text
-from halubench_data.metrics import markdown_table
 
 from halluprobe.evaluation._evaluation import DatasetEvaluation, PairedTest, TransferResult
+from halluprobe.evaluation._sections import DATASET_NAMES, _ci, _md, _name, cost_markdown, judge_markdown
 
 __all__ = [
     "DATASET_NAMES",
@@ -37,34 +37,8 @@ __all__ = [
     "write_csv",
 ]
 
-DATASET_NAMES: dict[str, str] = {
-    "ragtruth_qa": "RAGTruth QA",
-    "ragtruth_qa_llama": "RAGTruth QA (llama-2-70b)",
-    "ragtruth_summary": "RAGTruth Summary",
-    "ragtruth_data2txt": "RAGTruth Data2txt",
-    "faithbench": "FaithBench",
-    "ragtruth_all": "RAGTruth (3 tasks)",
-    "claims_wice": "WiCE",
-    "claims_lfqa": "LFQA",
-    "claims_claimverify": "ClaimVerify",
-    "claims_expertqa": "ExpertQA",
-}
-"""Display names of the benchmark's datasets (others are shown as they are)."""
-
 MAIN_FLOATS = ("f1", "f1_lo", "f1_hi", "auroc", "auroc_lo", "auroc_hi", "precision", "recall", "threshold")
 MAIN_INTS = ("n", "n_positive", "n_groups")
-
-
-def _name(d: str) -> str:
-    return DATASET_NAMES.get(d, d)
-
-
-def _md(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    return markdown_table(header, rows) + "\n"
-
-
-def _ci(v: float, ci: Sequence[float]) -> str:
-    return f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def environment(extract: Mapping[str, Any], proxy: str) -> dict[str, str]:
@@ -252,68 +226,6 @@ def localisation_markdown(rows: Sequence[Mapping[str, Any]], fits: Mapping[str, 
     return _md(head, body) + (
         "\nChosen on validation (or by cross-validation where said):\n" + chosen + "\n" if fits else ""
     )
-
-
-def cost_markdown(cost: Mapping[str, Any] | None, extract: Mapping[str, Any] | None) -> str:
-    """The extraction's throughput and, when measured, the per-example cost of each forward path."""
-    lines = []
-    if extract:
-        peak = extract.get("peak_gpu_bytes")
-        lines.append(
-            f"Whole evaluation: {extract['examples_computed']} forwards, "
-            f"{extract['seconds_per_example']:.3f} s per example (batch {extract['batch_size']}, "
-            f"{extract['device']}"
-            + (f", {extract['dtype']}, backend {extract['backend']}), peak GPU memory {peak / 2**20:.0f} MiB"
-               if peak else ")")
-            + ".\n\n"
-        )  # fmt: skip
-        lines.append(_repeatability(extract))
-    if cost:
-        body = [
-            [p, f"{v['seconds_mean'] * 1e3:.1f}", f"{v['seconds_median'] * 1e3:.1f}",
-             "n/a" if v["peak_mib_mean"] is None else f"{v['peak_mib_mean']:.1f}",
-             "n/a" if v["peak_mib_max"] is None else f"{v['peak_mib_max']:.1f}"]
-            for p, v in cost["paths"].items()
-        ]  # fmt: skip
-        lines.append(
-            f"Sample: {cost['n']} RAGTruth QA test answers, batch 1, "
-            f"median {cost['tokens_median']:.0f} tokens "
-            f"(max {cost['tokens_max']}), {cost['device']}, {cost['dtype']}.\n\n"
-        )
-        head = ["path", "ms / example (mean)", "ms (median)", "peak extra MiB (mean)", "peak extra MiB (max)"]
-        lines.append(_md(head, body))
-    return "".join(lines)
-
-
-def _repeatability(extract: Mapping[str, Any]) -> str:
-    """Whether a rerun repeats the extraction bit for bit (``extract["deterministic"]``).
-
-    GPU runs without the key were autotuned: they predate it.
-    """
-    det = extract.get("deterministic")
-    if det is None and not extract.get("peak_gpu_bytes"):
-        return ""
-    if det:
-        return (
-            "The kernels ran with fixed tile configurations (`torch.use_deterministic_algorithms(True)`): "
-            "a rerun on the same GPU and versions repeats every record bit for bit.\n\n"
-        )
-    return (
-        "The kernels were autotuned: a rerun may keep other tile configurations, which move the records in "
-        "their last bits and, through them, validation choices and metrics by up to a few hundredths (see "
-        "Reproducibility on the performance page); without `--autotune` (the default now) a rerun repeats "
-        "bit for bit.\n\n"
-    )
-
-
-def judge_markdown(judge: Mapping[str, Any]) -> str:
-    """Validation AUROC of every judge template per dataset, and the one chosen."""
-    first = next(iter(judge["aurocs"].values()))
-    table = _md(
-        ["template"] + [_name(d) for d in first],
-        [[t] + [f"{v:.3f}" for v in per.values()] for t, per in judge["aurocs"].items()],
-    )
-    return f"Chosen: {judge['template']} (mean validation AUROC {judge['mean_auroc']:.3f})\n\n{table}"
 
 
 def write_outputs(

@@ -60,7 +60,7 @@ def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
     stats: set[str] = set()
     columns = logits = False
     hidden: set[int] = set()
-    for block in detector.fit.blocks:
+    for block in detector.probe_.blocks:
         cfg = block.config
         if block.name == "A7":
             layers.update(scored[int(h) // n_heads] for h in cfg["heads"])
@@ -69,16 +69,16 @@ def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
             layers.update(scored)
             columns = True
         elif block.name == "H64":
-            hidden.add(detector.hidden_layers[int(cfg["layer"])])
+            hidden.add(detector.hidden_layers_[int(cfg["layer"])])
         elif block.name == "L9":
             logits = True
-    probe = detector.token_probe
+    probe = detector.token_probe_
     if probe is not None:
         layers.update(scored)
         stats.update(f.split(".")[0] for f in HEAD_FEATURES)
         logits = True
         if probe.view.endswith("+hidden"):
-            hidden.update(detector.hidden_layers)
+            hidden.update(detector.hidden_layers_)
     return DetectorReads(
         layers=tuple(sorted(layers)), lookups=bool(stats & set(_LOOKUP_STATS)), columns=columns,
         logits=logits, hidden_layers=tuple(sorted(hidden)),

@@ -206,7 +206,7 @@ async def _follow(ws: WebSocket, service: ScoringService, config: ServeConfig) -
             if chunk.done:
                 last = await _run(service, follower.finish)
                 await ws.send_json(stream_event(last).model_dump(exclude_none=True))
-                threshold = float(service.detector.fit.threshold)
+                threshold = float(service.detector.probe_.threshold)
                 done = StreamEvent(
                     event="done", probability=float(last.probability), label=int(last.label),
                     threshold=threshold, answer_tokens=int(last.answer_tokens),

@@ -93,13 +93,13 @@ class ScoringService:
         return DetectorCard(
             source=None if det.source is None else str(det.source),
             proxy=det.proxy or "SmolLM2-135M-Instruct (the default proxy)",
-            feature_set=det.fit.feature_set,
-            threshold=float(det.fit.threshold),
-            val_auroc=float(det.fit.val_auroc) if np.isfinite(det.fit.val_auroc) else None,
+            feature_set=det.probe_.feature_set,
+            threshold=float(det.probe_.threshold),
+            val_auroc=float(det.probe_.val_auroc) if np.isfinite(det.probe_.val_auroc) else None,
             training_data=None if training is None else str(training),
             layers=None if det.layers is None else list(det.layers),
-            hidden_layers=list(det.hidden_layers),
-            spans="token_probe" if det.token_probe is not None else "token_scores",
+            hidden_layers=list(det.hidden_layers_),
+            spans="token_probe" if det.token_probe_ is not None else "token_scores",
             reads={} if reads is None else reads.describe(),
         )
 

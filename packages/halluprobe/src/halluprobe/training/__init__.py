@@ -1,4 +1,4 @@
-"""Training: the probe protocol (C, heads and sinks chosen on validation) and the ``halluprobe train`` run.
+"""Training: one call (`train`), the probe protocol (C, heads and sinks chosen on validation), the CLI run.
 
 Names are imported on first use: importing this package does not import torch or scikit-learn.
 """
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         select_sink_count,
         train_feature_sets,
     )
+    from halluprobe.training._train import train
     from halluprobe.training._training import fit_published, run_training
 
 _EXPORTS = {
@@ -31,6 +32,7 @@ _EXPORTS = {
         "select_sink_count",
         "train_feature_sets",
     ),
+    "_train": ("train",),
     "_training": ("fit_published", "run_training"),
 }
 
@@ -43,6 +45,7 @@ __all__ = [
     "run_training",
     "select_heads",
     "select_sink_count",
+    "train",
     "train_feature_sets",
 ]
 

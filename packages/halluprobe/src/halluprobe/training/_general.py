@@ -335,7 +335,7 @@ def fit_general(
         "calibration_slope": a,
         "calibration_intercept": b,
     }
-    det = Detector(fit, proxy, layers, hidden_layers)
+    det = Detector.from_probe(fit, proxy=proxy, layers=layers, hidden_layers=hidden_layers)
     return GeneralFit(det, chosen, table, names, (a, b))
 
 

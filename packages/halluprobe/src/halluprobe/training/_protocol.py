@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -230,8 +230,13 @@ def train_feature_sets(
     a7_features: tuple[str, ...] = A7_SELECTION,
     l9_features: tuple[str, ...] = L9_SELECTION,
     sample_weight: np.ndarray | None = None,
+    val_sources: Sequence[str] | None = None,
 ) -> dict[str, ProbeFit]:
     """Run the whole protocol: choose ``K`` and ``k`` once, then fit every feature set.
+
+    The protocol of ``halluprobe train`` and of [`Detector.fit`][halluprobe.Detector.fit], which pass
+    ``val_sources``: every probe is then Platt-calibrated on validation and its threshold chosen across
+    the validation sources (`halluprobe.training._calibration.calibrate_probe`).
 
     Warns `halluprobe.DegenerateFitWarning` when a split lacks a class or has fewer than
     `halluprobe.training._calibration.MIN_PER_CLASS` examples of one, and when a fit's validation
@@ -249,8 +254,10 @@ def train_feature_sets(
         a7_features: A7's features (default the packaged selection).
         l9_features: L9's features (default the packaged selection).
         sample_weight: ``[n_train]`` weights of the probes' training rows (`fit_blocks`).
+        val_sources: ``[n_val]`` sources of the validation records, each weighing the same in the
+            calibration; None: no calibration.
     """
-    from halluprobe.training._calibration import check_collapse, check_labels
+    from halluprobe.training._calibration import calibrate_probe, check_collapse, check_labels
 
     check_labels(y_train, y_val, what="training")
     note = progress or (lambda msg: None)
@@ -272,5 +279,5 @@ def train_feature_sets(
         check_collapse(fit.predict_proba(val)[:, 1], fit.threshold, what=name)
         used = parse_feature_set(name)
         fit.selection = {key: v for key, v in extra.items() if {"K": "A7", "k": "A64"}[key] in used}
-        fits[name] = fit
+        fits[name] = fit if val_sources is None else calibrate_probe(fit, val, y_val, list(val_sources))
     return fits

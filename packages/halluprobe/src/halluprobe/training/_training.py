@@ -124,15 +124,9 @@ def run_training(
     )
     fits = train_feature_sets(
         feature_sets, order, records["train"], labels["train"], groups["train"], records["validation"],
-        labels["validation"], progress=clikit.status, **selections,
+        labels["validation"], progress=clikit.status, val_sources=[e.source for e in ds.validation],
+        **selections,
     )  # fmt: skip
-    from halluprobe.training._calibration import calibrate_probe
-
-    val_sources = [e.source for e in ds.validation]
-    fits = {
-        n: calibrate_probe(f, records["validation"], labels["validation"], val_sources)
-        for n, f in fits.items()
-    }
     from halluprobe.evaluation._evaluation import MethodScores, evaluate_methods, write_results
 
     token_probe = None
@@ -159,7 +153,9 @@ def run_training(
             fit.predict_proba(records["test"])[:, 1],
         )
         methods.append(MethodScores(name, "probe", val_s, test_s, fit.threshold))
-        Detector(fit, proxy, ext.layers, ext.hidden_layers, token_probe).save(out / "detectors" / name)
+        Detector.from_probe(
+            fit, proxy=proxy, layers=ext.layers, hidden_layers=ext.hidden_layers, token_probe=token_probe
+        ).save(out / "detectors" / name)
     if published:
         clikit.status("fitting the published detectors")
         pub = published_scores(records, labels, order, list(LOGIT_STAT_NAMES), toha)
