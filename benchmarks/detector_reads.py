@@ -79,7 +79,8 @@ def random_examples(n: int, words: int) -> list[tuple[list[int], int]]:
 
 def graph_runs(model, encoded, device: str, n: int) -> dict:
     """Per-example CUDA-graph replays of the full extraction and of each case (captured on first call)."""
-    full = GraphedRecorder(model, request=DEFAULT_REQUEST, buckets=(64, 16), logits=True, hidden_layers=(15,))
+    full = GraphedRecorder(model, request=DEFAULT_REQUEST, buckets=(64, 16), logits=True, hidden_layers=(15,),
+                           max_graphs=16)  # fmt: skip
     tensors = [(torch.tensor([ids], device=device), start) for ids, start in encoded]
 
     def replay(recorder, reads=None):
@@ -97,7 +98,7 @@ def graph_runs(model, encoded, device: str, n: int) -> dict:
         request = dataclasses.replace(DEFAULT_REQUEST, lookups=reads.lookups, columns=reads.columns)
         rec = GraphedRecorder(
             stopped_proxy(model, reads), request=request, layers=reads.layers, buckets=(64, 16),
-            logits=reads.logits, hidden_layers=reads.hidden_layers,
+            logits=reads.logits, hidden_layers=reads.hidden_layers, max_graphs=16,
         )  # fmt: skip
         runs[f"graph {name}"] = replay(rec, reads)
     return runs
