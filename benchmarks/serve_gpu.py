@@ -5,7 +5,10 @@ small A7H64 detector fitted on its own records. Each row is answers per second o
 call that a served batch makes: the recorded forward, ``reduce_forward`` to records, and the
 detector's scores. 'eager packed' is one packed forward of the batch (the server's path); 'graph' is
 one CUDA-graph replay per example (`flashstats_hf.GraphedRecorder`). 'full' computes every statistic,
-'reads' only what the A7H64 detector reads.
+'reads' only what the A7H64 detector reads (the graph of 'reads' is captured on
+`halluprobe.features._reads.stopped_proxy`, which ends the decoder stack after the last layer read,
+as the eager path's early stop does). The 'forward only' rows time the recorded forward alone, so
+the host's share (records and scores) is the difference.
 
     python benchmarks/serve_gpu.py --out $OUT/serve_gpu
 """
@@ -24,7 +27,7 @@ import numpy as np
 import torch
 from flashstats_hf import ATTN_IMPLEMENTATION, DEFAULT_REQUEST, GraphedRecorder, collate, record_forward
 from halluprobe import Detector
-from halluprobe.features._reads import complete, detector_reads, record_reads
+from halluprobe.features._reads import complete, detector_reads, record_reads, stopped_proxy
 from halluprobe.features._records import reduce_forward
 from halluprobe.training._protocol import fit_blocks, make_blocks
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -97,12 +100,13 @@ def main() -> None:
                 model, request=DEFAULT_REQUEST, buckets=(64, 16), logits=True, hidden_layers=HIDDEN
             ),
             "reads": GraphedRecorder(
-                model,
-                request=dataclasses.replace(DEFAULT_REQUEST, columns=False),
+                stopped_proxy(model, reads),
+                request=dataclasses.replace(DEFAULT_REQUEST, columns=reads.columns, lookups=reads.lookups),
                 layers=reads.layers,
                 buckets=(64, 16),
-                hidden_layers=HIDDEN,
-            ),  # fmt: skip
+                logits=reads.logits,
+                hidden_layers=reads.hidden_layers,
+            ),
         }
     )
     tensors = [torch.tensor([e], device=dev) for e, _ in examples]
@@ -119,14 +123,37 @@ def main() -> None:
 
         return run
 
-    runs = {"eager packed, full": eager_full, "eager packed, reads": eager_reads,
-            **({} if dev == "cpu" else {"graph per example, full": graphed("full"),
-                                        "graph per example, reads": graphed("reads")})}  # fmt: skip
+    def unscored(fn):
+        def run():
+            fn()  # the forward alone: nothing to compare
+
+        return run
+
+    def graphed_forward(kind):
+        def run():
+            for t, (_, s) in zip(tensors, examples, strict=True):
+                graphs[kind](t, response_start=s)
+
+        return run
+
+    def eager_full_forward():
+        record_forward(model, batch.input_ids, response_start=batch.response_start,
+                       attention_mask=batch.attention_mask, logits=True, hidden_layers=HIDDEN)  # fmt: skip
+
+    runs = {"eager packed, full": eager_full, "eager packed, reads": eager_reads}
+    forwards = {"eager packed, full": eager_full_forward,
+                "eager packed, reads": lambda: record_reads(model, batch, reads, scored, HIDDEN)}  # fmt: skip
+    if dev != "cpu":
+        for kind in ("full", "reads"):
+            runs[f"graph per example, {kind}"] = graphed(kind)
+            forwards[f"graph per example, {kind}"] = graphed_forward(kind)
+    runs.update({f"{k}, forward only": unscored(fn) for k, fn in forwards.items()})
     ref = eager_full()
     rates, agree = {}, {}
     for name, fn in runs.items():
         got = fn()  # warm-up (captures the graphs)
-        agree[name] = float(np.abs(got - ref).max())
+        if got is not None:  # the forward-only rows are not scored
+            agree[name] = float(np.abs(got - ref).max())
         sync(dev)
         t = time.perf_counter()
         for _ in range(args.repeats):
@@ -155,13 +182,29 @@ def main() -> None:
         )
         for k, v in rates.items():
             w.writerow(
-                [when, gpu, versions, k, args.batch, args.length, args.answer, f"{v:.1f}", f"{agree[k]:.2e}"]
+                [
+                    when,
+                    gpu,
+                    versions,
+                    k,
+                    args.batch,
+                    args.length,
+                    args.answer,
+                    f"{v:.1f}",
+                    f"{agree[k]:.2e}" if k in agree else "",
+                ]  # fmt: skip
             )
     lines = [f"# Served scoring throughput on {gpu}", "",
              f"{when}; {versions}; SmolLM2-135M-shaped Llama, random weights, bf16; {args.batch} examples of "
              f"{args.length} tokens ({args.answer} answer tokens); forward + records + A7H64 scores.", "",
              "| path | answers/s | max abs diff of p vs eager full |", "|---|---|---|"]  # fmt: skip
-    lines += [f"| {k} | {v:.1f} | {agree[k]:.1e} |" for k, v in rates.items()]
+    lines += [f"| {k} | {v:.1f} | {f'{agree[k]:.1e}' if k in agree else ''} |" for k, v in rates.items()]
+    lines.append("")
+    for kind in ("eager packed", "graph per example"):
+        if f"{kind}, reads" in rates:
+            whole = rates[f"{kind}, reads"] / rates[f"{kind}, full"]
+            fwd = rates[f"{kind}, reads, forward only"] / rates[f"{kind}, full, forward only"]
+            lines.append(f"{kind}: reads / full = {whole:.2f}x (forward only {fwd:.2f}x).")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

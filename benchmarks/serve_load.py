@@ -1,14 +1,19 @@
 """Load test of ``halluprobe serve`` on the CPU with SmolLM2, loopback only, bounded in count and time.
 
-1. Fits a small A7H64 detector on RAGTruth-QA rows (the detector's quality is not measured here) and
-   saves it; takes ``--rows`` held-out rows as the requests' answers.
-2. Offline reference: ``halluprobe predict DET --input ROWS --json`` (its probabilities), and the
-   throughput of the same call in process (``Detector.predict_batch``, batch 8) without the model load.
-3. Starts ``halluprobe serve DET`` on a free 127.0.0.1 port; ``--clients`` threads send ``--requests``
-   single-answer requests (rows cycled); latency per request, RSS of the server after the first 100
-   and at the end; every request must get exactly one 200 whose probability equals the offline one.
-4. SIGKILLs a second server mid-load: clients must see connection errors, never a wrong answer; a
-   restarted server answers correctly and the detector files are byte-identical.
+The packaged detector (``halluprobe.load()``, nothing fitted here) scores the ``--rows`` shortest
+rows of ``--dataset`` (a halubench-data spec; their token lengths are reported).
+
+1. Offline reference: ``halluprobe predict --input ROWS --json`` gives every row's probability and
+   label; the offline rate is the same library call in process (``Detector.predict_batch``, the
+   CLI's batch size 8, sequential), timed before and after the served phase (side by side in one
+   run, so a change of machine load shows as a difference of the two).
+2. ``halluprobe serve`` on a free 127.0.0.1 port; ``--clients`` threads send ``--requests``
+   single-answer requests (rows cycled), stopping after ``--time-limit`` seconds. Each request must
+   get exactly one 200 with one result whose probability and label equal the offline ones. RSS of
+   the server is sampled at start and every 100 answers; load averages (``/proc/loadavg``) too.
+3. A second server is SIGKILLed mid-load: answered requests must be correct, the others connection
+   errors (no other status); the detector files and the proxy cache are unchanged and readable, and
+   a restarted server answers correctly.
 
     uv run python benchmarks/serve_load.py --requests 2000 --out benchmarks/results/serve_load
 """
@@ -36,35 +41,28 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "ragtruth"
 TOL = 1e-4
+WARM = 100
+"""RSS 'after warm-up' is taken after this many answers; growth is judged from there on."""
 
 
-def fit_detector(out: Path, n_fit: int, n_rows: int):
-    """A small A7H64 detector on RAGTruth-QA train/validation rows; the shortest held-out test rows."""
-    from flashstats_hf import load_model
-    from halluprobe import Detector
-    from halluprobe.features._extract import ProxyExtractor
-    from halluprobe.training._protocol import fit_blocks, make_blocks
+def short_rows(spec: str, n: int) -> tuple[list[dict], list[int]]:
+    """The ``n`` shortest rows of ``spec`` (by formatted tokens) and their token counts."""
+    import halluprobe
+    from flashstats_hf import format_example
     from halubench_data import load
 
-    ds = load(f"ragtruth-qa:{DATA}")
-    model, tok = load_model(None, device="cpu")
-    ext = ProxyExtractor(model, tok)
-    train = sorted(ds.split("train"), key=lambda e: len(e.context))[:n_fit]
-    val = sorted(ds.split("validation"), key=lambda e: len(e.context))[: n_fit // 2]
-    recs = {}
-    for part in (train, val):
-        for i in range(0, len(part), 8):
-            batch = part[i : i + 8]
-            recs.update({r.id: r for r in ext(batch)})
-    heads = [4 * 9 + 3, 7 * 9 + 1, 9 * 9 + 5, 11 * 9 + 2, 13 * 9 + 7, 15 * 9 + 4, 15 * 9 + 8]  # 9 heads/layer
-    fit = fit_blocks(make_blocks("A7H64", heads=heads, k=1), "A7H64",
-                     [recs[e.id] for e in train], np.array([e.label for e in train]),
-                     [recs[e.id] for e in val], np.array([e.label for e in val]))  # fmt: skip
-    Detector(fit, None, None, ext.hidden_layers).save(out)
-    rows = sorted(ds.split("test"), key=lambda e: len(e.context) + len(e.answer))[:n_rows]
-    return [{"id": e.id, "context": e.context, "question": e.question, "answer": e.answer} for e in rows]
+    tok = halluprobe.load().extractor("cpu").tokenizer
+    scored = []
+    for e in load(spec).examples:
+        if not e.answer.strip():
+            continue
+        scored.append((len(format_example(tok, e.context, e.question, e.answer)[0]), e.id, e))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    rows = [
+        {"id": e.id, "context": e.context, "question": e.question, "answer": e.answer} for _, _, e in scored
+    ]
+    return rows[:n], [t for t, _, _ in scored[:n]]
 
 
 def free_port() -> int:
@@ -73,11 +71,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(det: Path, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "halluprobe", "serve", str(det), "--port", str(port), "--device", "cpu",
-           "--max-wait-ms", "10", "--max-batch", "16", "--max-queue", "512"]  # fmt: skip
+def start_server(port: int, max_batch: int, max_wait_ms: float) -> subprocess.Popen:
+    """``halluprobe serve`` (the packaged detector) on 127.0.0.1:port, once /healthz answers."""
+    cmd = [sys.executable, "-m", "halluprobe", "serve", "--port", str(port), "--device", "cpu",
+           "--max-wait-ms", str(max_wait_ms), "--max-batch", str(max_batch),
+           "--max-queue", "512"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
@@ -85,7 +85,7 @@ def start_server(det: Path, port: int) -> subprocess.Popen:
         except httpx.TransportError:
             time.sleep(0.2)
         if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode())
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "server exited")
     raise RuntimeError("server did not start")
 
 
@@ -96,17 +96,24 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def load(url: str, rows: list[dict], n: int, clients: int, on_done=None) -> list[dict]:
-    """``n`` requests from ``clients`` threads; one record per request (status, latency, result/error)."""
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def load(url: str, rows: list[dict], n: int, clients: int, until: float, on_done=None) -> list[dict]:
+    """Up to ``n`` requests from ``clients`` threads, none started after ``until`` (monotonic).
+
+    One record per request sent: its index, row, status, latency and body (or the transport error).
+    """
     lock = threading.Lock()
     nxt = iter(range(n))
     out: list[dict] = []
 
     def client():
-        with httpx.Client(timeout=120) as c:
+        with httpx.Client(timeout=1800) as c:
             while True:
                 with lock:
-                    i = next(nxt, None)
+                    i = next(nxt, None) if time.monotonic() < until else None
                 if i is None:
                     return
                 row = rows[i % len(rows)]
@@ -131,147 +138,209 @@ def load(url: str, rows: list[dict], n: int, clients: int, on_done=None) -> list
     return out
 
 
-def wrong_of(recs: list[dict], ref: list[float]) -> list[dict]:
-    """The answered requests whose probability differs from the offline one."""
-    return [
-        r
-        for r in recs
-        if r["status"] == 200 and abs(r["body"]["results"][0]["probability"] - ref[r["row"]]) > TOL
-    ]
+def correct(rec: dict, ref: list[dict]) -> bool:
+    """A 200 with exactly one result whose probability and label equal the offline ones."""
+    if rec["status"] != 200 or len(rec["body"].get("results", [])) != 1:
+        return False
+    got, want = rec["body"]["results"][0], ref[rec["row"]]
+    return abs(got["probability"] - want["probability"]) <= TOL and got["label"] == want["label"]
 
 
-def digest(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+def digest(paths: list[Path]) -> dict[str, str]:
+    """SHA-256 of every file under ``paths``."""
+    out = {}
+    for root in paths:
+        for p in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if p.is_file():
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def offline_rate(det, triples: list[tuple[str, str, str]]) -> float:
+    """Answers per second of ``predict_batch`` (batch 8, what ``predict --input`` runs) on ``triples``."""
+    t = time.perf_counter()
+    det.predict_batch(triples, device="cpu", batch_size=8)
+    return len(triples) / (time.perf_counter() - t)
+
+
+def served_phase(args, rows: list[dict], ref: list[dict]) -> dict:
+    """Phase 2: the load, with the server's RSS and the load averages every 100 answers."""
+    port = free_port()
+    server = start_server(port, args.max_batch, args.max_wait_ms)
+    rss = {0: rss_mib(server.pid)}
+    loads = {0: loadavg()}
+
+    def sample(done: int) -> None:
+        if done % 100 == 0:
+            rss[done], loads[done] = rss_mib(server.pid), loadavg()
+
+    t = time.perf_counter()
+    until = time.monotonic() + args.time_limit
+    recs = load(f"http://127.0.0.1:{port}", rows, args.requests, args.clients, until, sample)
+    wall = time.perf_counter() - t
+    rss[len(recs)] = rss_mib(server.pid)
+    server.send_signal(signal.SIGINT)  # graceful: the requests in flight are finished
+    server.wait(600)
+    lat = np.array([r["latency"] for r in recs])
+    warm = max((k for k in rss if 0 < k <= WARM), default=None)
+    return {
+        "requests_sent": len(recs),
+        "served_answers_per_s": round(len(recs) / wall, 3),
+        "served_wall_s": round(wall, 1),
+        "p50_latency_s": round(float(np.percentile(lat, 50)), 3),
+        "p95_latency_s": round(float(np.percentile(lat, 95)), 3),
+        "rss_start_mib": round(rss[0], 1),
+        f"rss_after_{warm}_mib": round(rss[warm], 1) if warm else "n/a",
+        "rss_end_mib": round(rss[len(recs)], 1),
+        "rss_growth_after_warm_mib": round(rss[len(recs)] - rss[warm], 1) if warm else "n/a",
+        "exactly_one_response_per_request": sorted(r["i"] for r in recs) == list(range(len(recs))),
+        "correct_responses": sum(correct(r, ref) for r in recs),
+        "wrong_or_failed": sum(not correct(r, ref) for r in recs),
+        "server_exit_code_after_sigint": server.returncode,
+        "_rss": rss,
+        "_loads": loads,
+    }
+
+
+def kill_phase(args, rows: list[dict], ref: list[dict], on_disk: list[Path], before: dict) -> dict:
+    """Phase 3: SIGKILL a server mid-load, check the files, restart it and check its answers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(port, args.max_batch, args.max_wait_ms)
+    killed = threading.Event()
+    kill_at = max(2, min(args.max_batch, args.kill_requests // 4))
+
+    def kill(done: int) -> None:
+        if done >= kill_at and not killed.is_set():
+            killed.set()
+            os.kill(server.pid, signal.SIGKILL)
+
+    krecs = load(url, rows, args.kill_requests, min(8, args.clients), time.monotonic() + 1800, kill)
+    server.wait(60)
+    intact = digest(on_disk) == before
+    server = start_server(port, args.max_batch, args.max_wait_ms)
+    after = load(url, rows, 16, 4, time.monotonic() + 1800)
+    server.send_signal(signal.SIGINT)
+    server.wait(600)
+    from flashstats_hf.loading import cache_root
+
+    return {
+        "kill_requests_sent": len(krecs),
+        "kill_answered_correct": sum(correct(r, ref) for r in krecs),
+        "kill_connection_errors": sum(r["status"] is None for r in krecs),
+        "kill_wrong_or_other_status": sum(r["status"] is not None and not correct(r, ref) for r in krecs),
+        "files_intact_after_kill": intact,
+        "cache_digests_readable": all(
+            isinstance(json.loads(p.read_text()), dict) for p in (cache_root() / "digests").glob("*.json")
+        ),
+        "restart_correct": f"{sum(correct(r, ref) for r in after)}/{len(after)}",
+        "files_intact_at_end": digest(on_disk) == before,
+    }
+
+
+def write_report(args, results: dict, loads: dict[str, str]) -> None:
+    """The Markdown table and the long CSV of what is known so far (rewritten after every phase)."""
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+         if ln.startswith("model name")), platform.machine(),
+    )  # fmt: skip
+    machine = f"{cpu}, {os.cpu_count()} cores"
+    versions = {p: metadata.version(p) for p in ("halluprobe", "torch", "transformers", "fastapi", "uvicorn")}
+    table = {k: v for k, v in results.items() if not k.startswith("_")}
+    rss, series_loads = results.get("_rss", {}), results.get("_loads", {})
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["date", "machine", "versions", "metric", "value"])
+        rows = [*table.items(), *((f"rss_mib_at_{k}", round(v, 1)) for k, v in sorted(rss.items())),
+                *((f"loadavg_at_{k}", v) for k, v in sorted(series_loads.items())),
+                *((f"loadavg_{k}", v) for k, v in loads.items())]  # fmt: skip
+        for k, v in rows:
+            w.writerow([when, machine, json.dumps(versions), k, v])
+    command = "uv run python benchmarks/serve_load.py " + " ".join(sys.argv[1:])
+    series = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(rss.items()))
+    averages = "; ".join(f"{k} {v}" for k, v in loads.items())
+    lines = [
+        "# halluprobe serve under load (CPU, loopback)", "",
+        f"{when}; {machine}, shared with other jobs; {versions}.", "",
+        f"Command: `{command}`", "",
+        f"The packaged detector (`halluprobe.load()`, SmolLM2-135M-Instruct proxy) on the {args.rows} "
+        f"shortest rows of `{args.dataset}` ({results.get('row_tokens_min_median_max')} formatted tokens, "
+        f"min/median/max); server flags `--max-batch {args.max_batch} --max-wait-ms {args.max_wait_ms:g}`; "
+        f"served phase bounded by {args.time_limit:g} s.", "",
+        "| metric | value |", "|---|---|",
+        *(f"| {k} | {v} |" for k, v in table.items()), "",
+        f"Server RSS (MiB) by answers done: {series or 'not measured yet'}.", "",
+        f"Load averages (1, 5, 15 min) at each step: {averages}.",
+    ]  # fmt: skip
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--rows", type=int, default=100)
-    ap.add_argument("--fit", type=int, default=48)
+    ap.add_argument("--rows", type=int, default=16, help="distinct rows (the shortest of --dataset)")
+    ap.add_argument("--dataset", default="default", help="halubench-data spec of the rows")
+    ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--max-wait-ms", type=float, default=10.0)
+    ap.add_argument("--time-limit", type=float, default=3600, help="seconds of the served phase at most")
+    ap.add_argument("--kill-requests", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/serve_load")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="serve_load_"))
-    det = work / "detector"
-    rows = fit_detector(det, args.fit, args.rows)
-    with open(work / "rows.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    before = digest(det)
+    import halluprobe
+    from flashstats_hf.loading import cache_root
+    from halluprobe.detectors._default import packaged_path
 
-    # offline: the CLI's answers, and the in-process throughput of the same library call
+    loads = {"start": loadavg()}
+    rows, tokens = short_rows(args.dataset, args.rows)
+    rows_file = Path(tempfile.mkdtemp(prefix="serve_load_")) / "rows.jsonl"
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # digests/ of the cache is left out: every process that loads a model may add a memo there (each is
+    # checked to parse after the kill instead)
+    on_disk = [packaged_path(), *(p for p in cache_root().iterdir() if p.name != "digests"), rows_file]
+    before = digest(on_disk)
+
+    # phase 1: the offline reference (the CLI) and the offline rate (the same call in process)
     cmd = [
         sys.executable,
         "-m",
         "halluprobe",
         "predict",
-        str(det),
         "--input",
-        str(work / "rows.jsonl"),
+        str(rows_file),
         "--json",
+        "--device",
+        "cpu",
     ]
-    cli = subprocess.run([*cmd, "--device", "cpu"], capture_output=True, text=True, check=True)
-    offline = {json.loads(line)["id"]: json.loads(line)["probability"] for line in cli.stdout.splitlines()}
+    cli = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    offline = {(d := json.loads(line))["id"]: d for line in cli.stdout.splitlines()}
     ref = [offline[r["id"]] for r in rows]
-    from halluprobe import Detector
-
-    d = Detector.load(det)
+    det = halluprobe.load()
     triples = [(r["context"], r["question"], r["answer"]) for r in rows]
-    d.predict_batch(triples[:1], device="cpu")  # load and warm up
-    t = time.perf_counter()
-    d.predict_batch(triples, device="cpu", batch_size=8)
-    offline_rate = len(rows) / (time.perf_counter() - t)
-    del d
+    det.predict_batch(triples[:2], device="cpu")  # load and warm up
+    results: dict = {
+        "requests_asked": args.requests, "clients": args.clients, "distinct_rows": len(rows),
+        "row_tokens_min_median_max": f"{min(tokens)}/{int(np.median(tokens))}/{max(tokens)}",
+        "offline_answers_per_s_before": round(offline_rate(det, triples), 3),
+    }  # fmt: skip
+    loads["after_offline"] = loadavg()
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = start_server(det, port)
-    rss = {"start": rss_mib(server.pid)}
-    warm = min(100, args.requests // 4)  # RSS after the first 100 requests (fewer in a short run)
+    results.update(served_phase(args, rows, ref))
+    loads["after_served"] = loadavg()
+    results["offline_answers_per_s_after"] = round(offline_rate(det, triples), 3)
+    loads["after_offline_2"] = loadavg()
+    del det
+    mean = (results["offline_answers_per_s_before"] + results["offline_answers_per_s_after"]) / 2
+    results["served_vs_offline_mean"] = round(results["served_answers_per_s"] / mean, 3)
+    write_report(args, results, loads)
 
-    def sample(done: int) -> None:
-        if done == warm:
-            rss["after_warm"] = rss_mib(server.pid)
-
-    t = time.perf_counter()
-    recs = load(url, rows, args.requests, args.clients, sample)
-    wall = time.perf_counter() - t
-    rss["end"] = rss_mib(server.pid)
-    server.send_signal(signal.SIGINT)
-    server.wait(120)
-    ok = [r for r in recs if r["status"] == 200 and len(r["body"]["results"]) == 1]
-    wrong = wrong_of(ok, ref)
-    lat = np.array([r["latency"] for r in recs])
-    served_rate = len(recs) / wall
-
-    # SIGKILL mid-load, then restart
-    port2 = free_port()
-    url2 = f"http://127.0.0.1:{port2}"
-    server = start_server(det, port2)
-    killed = threading.Event()
-    n_kill = min(400, args.requests)
-
-    def kill(done: int) -> None:
-        if done == max(2, n_kill // 8) and not killed.is_set():
-            killed.set()
-            os.kill(server.pid, signal.SIGKILL)
-
-    krecs = load(url2, rows, n_kill, min(8, args.clients), kill)
-    server.wait(30)
-    k_ok = [r for r in krecs if r["status"] == 200]
-    k_wrong = wrong_of(k_ok, ref)
-    k_conn = [r for r in krecs if r["status"] is None]
-    k_other = [r for r in krecs if r["status"] not in (None, 200)]
-    server = start_server(det, port2)
-    after = load(url2, rows, min(16, args.requests), 4)
-    server.send_signal(signal.SIGINT)
-    server.wait(120)
-    a_ok = sum(r["status"] == 200 for r in after) - len(wrong_of(after, ref))
-    intact = digest(det) == before
-
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.machine()} CPU, {os.cpu_count()} cores"
-    versions = {p: metadata.version(p) for p in ("halluprobe", "torch", "transformers", "fastapi", "uvicorn")}
-    rows_out = {
-        "requests": args.requests,
-        "clients": args.clients,
-        "distinct_rows": len(rows),
-        "offline_answers_per_s": round(offline_rate, 3),
-        "served_answers_per_s": round(served_rate, 3),
-        "served_vs_offline": round(served_rate / offline_rate, 3),
-        "p50_latency_s": round(float(np.percentile(lat, 50)), 3),
-        "p95_latency_s": round(float(np.percentile(lat, 95)), 3),
-        "rss_start_mib": round(rss["start"], 1),
-        f"rss_after_{warm}_mib": round(rss.get("after_warm", float("nan")), 1),
-        "rss_end_mib": round(rss["end"], 1),
-        "responses_200": len(ok),
-        "wrong_answers": len(wrong),
-        "missing_or_failed": args.requests - len(ok),
-        "kill_requests": len(krecs),
-        "kill_answered": len(k_ok),
-        "kill_wrong": len(k_wrong),
-        "kill_connection_errors": len(k_conn),
-        "kill_other_status": len(k_other),
-        "restart_correct": f"{a_ok}/{len(after)}",
-        "detector_files_intact": intact,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["date", "machine", "versions", "metric", "value"])
-        for k, v in rows_out.items():
-            w.writerow([when, machine, json.dumps(versions), k, v])
-    lines = [
-        "# halluprobe serve under load (CPU, loopback)", "",
-        f"{when}; {machine} (shared with other jobs); {versions}; SmolLM2-135M-Instruct proxy; a small A7H64 "
-        f"detector fitted by the benchmark on {args.fit} RAGTruth-QA rows; requests cycle over the "
-        f"{len(rows)} shortest RAGTruth-QA test rows; server flags --max-wait-ms 10 --max-batch 16.", "",
-        "| metric | value |", "|---|---|",
-    ]  # fmt: skip
-    lines += [f"| {k} | {v} |" for k, v in rows_out.items()]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    results.update(kill_phase(args, rows, ref, on_disk, before))
+    loads["end"] = loadavg()
+    write_report(args, results, loads)
 
 
 if __name__ == "__main__":

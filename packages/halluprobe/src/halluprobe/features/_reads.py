@@ -10,10 +10,13 @@ pass when no column is read, only the layers read scored, no logits when none ar
 decoder stack stopped after the last layer read) and fills what was not computed with NaN, so the
 result has the shapes of a full extraction and equals it on everything the detector reads. A NaN
 that reaches a score is refused by `Detector.score_records`, never used.
+[`stopped_proxy`][halluprobe.features._reads.stopped_proxy] gives recorders that always run the whole
+decoder stack (`flashstats_hf.GraphedRecorder`) a view of the proxy that ends after the last layer read.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -110,6 +113,46 @@ def record_reads(model: Any, batch: Any, reads: DetectorReads, scored: tuple[int
         backend=backend,
     )  # fmt: skip
     return complete(fs, scored, kept, int(model.config.num_attention_heads), int(model.config.hidden_size))
+
+
+def stopped_proxy(model: Any, reads: DetectorReads) -> Any:
+    """``model``, or a view of it whose decoder stack ends after the last layer ``reads`` needs.
+
+    The view shares every parameter and layer with ``model`` (nothing is copied but the two module
+    dicts on the path to the decoder list, which is cut); ``model`` itself is left as it was. A recorder
+    built on the view (for example `flashstats_hf.GraphedRecorder`, which captures the whole stack)
+    records the read layers and hidden states exactly as on ``model``. ``model`` comes back unchanged
+    when nothing can be cut: the logit statistics are read (they need the last layer), the final
+    normed state is a kept hidden layer, the last layer is read, or the decoder list is not a direct
+    child of the body.
+
+    Args:
+        model: The proxy (a Transformers causal LM).
+        reads: What is read (`detector_reads`); hidden layer ``k`` is the output of layer ``k - 1``.
+    """
+    from flashstats_hf.record import _decoder
+
+    body, layers = _decoder(model)
+    n = len(layers)
+    # hidden k is taken by a hook on layer k - 1 only while k < the stack's length (k == length is the
+    # body's normed output), so the view keeps layer k too
+    keep = max([*(i + 1 for i in reads.layers), *(k + 1 for k in reads.hidden_layers)], default=n)
+    names = [k for k, v in body._modules.items() if v is layers]
+    bodies = [k for k, v in model._modules.items() if v is body]
+    if reads.logits or keep >= n or len(names) != 1 or (body is not model and len(bodies) != 1):
+        return model
+    cut = _shallow(body, {names[0]: torch.nn.ModuleList(list(layers)[:keep])})
+    return cut if body is model else _shallow(model, {bodies[0]: cut})
+
+
+def _shallow(module: torch.nn.Module, children: dict[str, torch.nn.Module]) -> torch.nn.Module:
+    """A copy of ``module`` sharing its parameters, with ``children`` replaced and hooks of its own."""
+    out = copy.copy(module)
+    for name, value in vars(module).items():
+        if name.startswith("_") and "hooks" in name and isinstance(value, dict):
+            out.__dict__[name] = type(value)(value)  # hooks put on the view stay off ``module``
+    out.__dict__["_modules"] = {**module._modules, **children}
+    return out
 
 
 def complete(
