@@ -60,8 +60,8 @@ FAMILIES = ["llama", "qwen3", "qwen3_sliding", "gemma2", "gemma3", "mistral"]
         pytest.param(kind, chunks, id=f"{kind}-{name}", marks=pytest.mark.slow if slow else ())
         for kind in FAMILIES
         for chunks, name, slow in (
-            # several chunks per family in the full run; llama and a sliding window in the default one
-            ((1, 3, 2), "chunks-1-3-2", kind not in ("llama", "qwen3_sliding")),
+            # several chunks per family in the full run, llama in the default one
+            ((1, 3, 2), "chunks-1-3-2", kind != "llama"),
             ((6,), "one-chunk", False),
         )
     ],
@@ -131,6 +131,7 @@ GENERATE = {
 GENERATE_SLOW = {
     "llama-dynamic-greedy",
     "qwen3-static-greedy",
+    "gemma2-softcap-dynamic-greedy",
 }  # the others cover static/dynamic, greedy/sample
 
 
@@ -262,7 +263,7 @@ def _graph_steps(helpers, device, capture, dtype=torch.float32, q=1, kind="qwen3
 @pytest.mark.parametrize(
     ("q", "restart"),
     [
-        pytest.param(1, False, id="decode-one-answer"),
+        pytest.param(1, False, id="decode-one-answer", marks=pytest.mark.slow),
         pytest.param(1, True, id="decode-restarted", marks=pytest.mark.slow),
         pytest.param(3, False, id="chunks-of-3-one-answer", marks=pytest.mark.slow),
         pytest.param(3, True, id="chunks-of-3-restarted"),
