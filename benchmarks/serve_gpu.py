@@ -79,7 +79,7 @@ def main() -> None:
     fit = fit_blocks(
         make_blocks("A7H64", heads=heads, k=1), "A7H64", recs[:half], y[:half], recs[half:], y[half:]
     )
-    det = Detector(fit, None, None, HIDDEN)
+    det = Detector.from_probe(fit, hidden_layers=HIDDEN)
     reads = detector_reads(det, 30, 9)
     scored = tuple(range(30))
 

@@ -204,11 +204,20 @@ def run_bash(block: Block, cwd: Path) -> None:
     assert proc.returncode == 0, f"{block.page}:{block.line} exits {proc.returncode}:\n{proc.stderr[-3000:]}"
 
 
-SLOW_PAGES = {"docs/guide/kernels.md", "docs/api/halluprobe.md"}
-"""Pages whose examples take long on 2 CPU cores; CI runs them. kernels.md: Inductor compiles a call on the
-CPU (the default run covers the same fullgraph compile with the aot_eager backend, test_library.py).
-api/halluprobe.md: training and scoring run a proxy over dozens of examples (the default run covers
-`halluprobe.train` and `Detector` on a tiny proxy in tests/halluprobe)."""
+SLOW_PAGES = {
+    "docs/guide/kernels.md",
+    "docs/api/halluprobe.md",
+    "packages/flashstats-hf/README.md",
+    "docs/reference/datasets.md",
+    "docs/guide/cli-conventions.md",
+    "docs/guide/distributed.md",
+}
+"""Pages whose examples take long on 2 CPU cores (Inductor compiles a call on the CPU; several commands that
+each start Python with torch; training and scoring a proxy over dozens of examples); CI runs them. The default
+run covers the same fullgraph compile with the aot_eager backend (test_library.py), the CLI conventions and
+datasets in tests/halubench_data and tests/workspace/test_cli_grammar.py, distributed extraction in
+tests/halluprobe/test_distributed.py, record_forward in tests/flashstats_hf, and `halluprobe.train` and
+`Detector` on a tiny proxy in tests/halluprobe."""
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,18 @@ FAMILIES = ["llama", "qwen3", "qwen3_sliding", "gemma2", "gemma3", "mistral"]
 @pytest.mark.parametrize(
     "dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)], ids=["fp32", "fp64"]
 )
-@pytest.mark.parametrize("chunks", [(1, 3, 2), (6,)], ids=["chunks-1-3-2", "one-chunk"])
-@pytest.mark.parametrize("kind", FAMILIES)
+@pytest.mark.parametrize(
+    ("kind", "chunks"),
+    [
+        pytest.param(kind, chunks, id=f"{kind}-{name}", marks=pytest.mark.slow if slow else ())
+        for kind in FAMILIES
+        for chunks, name, slow in (
+            # several chunks per family in the full run, llama in the default one
+            ((1, 3, 2), "chunks-1-3-2", kind != "llama"),
+            ((6,), "one-chunk", False),
+        )
+    ],
+)
 def test_streamed_chunks_equal_record_forward(helpers, kind, chunks, dtype):
     model, _ = helpers.tiny_models(kind)
     model = model.to(dtype)
@@ -118,7 +128,16 @@ GENERATE = {
 }
 
 
-@pytest.mark.parametrize("case", list(GENERATE), ids=list(GENERATE))
+GENERATE_SLOW = {
+    "llama-dynamic-greedy",
+    "qwen3-static-greedy",
+    "gemma2-softcap-dynamic-greedy",
+}  # the others cover static/dynamic, greedy/sample
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in GENERATE_SLOW else c for c in GENERATE], ids=str
+)
 def test_generate_equals_record_forward_on_generated_ids(helpers, case):
     kind, cache_kind, sample = GENERATE[case]
     model, _ = helpers.tiny_models(kind)
@@ -241,8 +260,15 @@ def _graph_steps(helpers, device, capture, dtype=torch.float32, q=1, kind="qwen3
     return model, ids, mask, prompt, rec.stats(), logits
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["one-answer", "restarted"])
-@pytest.mark.parametrize("q", [1, 3], ids=["decode", "chunks-of-3"])
+@pytest.mark.parametrize(
+    ("q", "restart"),
+    [
+        pytest.param(1, False, id="decode-one-answer", marks=pytest.mark.slow),
+        pytest.param(1, True, id="decode-restarted", marks=pytest.mark.slow),
+        pytest.param(3, False, id="chunks-of-3-one-answer", marks=pytest.mark.slow),
+        pytest.param(3, True, id="chunks-of-3-restarted"),
+    ],
+)
 def test_decode_step_runs_from_device_state_alone(helpers, q, restart):
     """The step code that a graph captures, run eagerly: every answer statistic equals record_forward.
 
@@ -283,10 +309,10 @@ def test_captured_decode_steps_equal_record_forward(helpers, kind, q, dtype):
 @pytest.mark.parametrize(
     "kind,lengths",
     [
-        pytest.param("llama", [15, 11], id="llama"),
         *(
             pytest.param(kind, lengths, id=name, marks=pytest.mark.slow)
             for kind, lengths, name in (
+                ("llama", [15, 11], "llama"),
                 ("llama", [15, 15], "llama-unpadded"),
                 ("gemma2", [15, 11], "gemma2"),
                 ("qwen3_sliding", [15, 11], "qwen3_sliding"),

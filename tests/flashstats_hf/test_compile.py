@@ -7,8 +7,8 @@ from flashstats_hf import record_forward
 
 @pytest.mark.parametrize(
     "kind",
-    ["llama", *(pytest.param(k, marks=pytest.mark.slow) for k in ("qwen3", "gemma2", "qwen3_sliding"))],
-)
+    [pytest.param(k, marks=pytest.mark.slow) for k in ("llama", "qwen3", "gemma2", "qwen3_sliding")],
+)  # the default run compiles llama with fullgraph=True in the test below (a graph break fails it)
 def test_model_outside_recording_is_one_graph(helpers, kind):
     ours, _ = helpers.tiny_models(kind)
     ids, mask, _ = helpers.padded_batch([9, 7], [3, 2])

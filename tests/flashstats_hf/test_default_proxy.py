@@ -68,6 +68,7 @@ HUB_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh interpreter (torch, transformers) saves and loads a model from a hub cache
 def test_hub_id_loads_through_the_standard_cache_offline(tmp_path):
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     import os

@@ -43,7 +43,7 @@ def _scores_bytes(length: int) -> int:
 
 
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
-@pytest.mark.parametrize("mode", ["plain", "recorded"])
+@pytest.mark.parametrize("mode", [pytest.param("plain", marks=pytest.mark.slow), "recorded"])
 def test_softcap_and_window_layers_use_memory_linear_in_length(mode):
     model = _gemma2(ATTN_IMPLEMENTATION)
     sizes = []

@@ -60,6 +60,7 @@ def test_packed_equals_padded_on_a_subset_of_layers(helpers, layers):
         torch.testing.assert_close(have, want[name], atol=2e-6, rtol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@pytest.mark.slow  # the whole model on the interpreted varlen kernels
 def test_packed_forward_builds_no_mask_and_calls_no_sdpa(helpers, monkeypatch):
     """With the Triton backend every layer runs the varlen kernels: no padded mask, no dense mask, no SDPA."""
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernels interpreted

@@ -36,6 +36,13 @@ def smollm2(tmp_path_factory):
     return model, tokenizer, cache
 
 
+@pytest.fixture(scope="module")
+def smollm2_user_cache():
+    """Loaded as `halluprobe train` loads it, through the user's cache (dequantised once per machine)."""
+    return load_model()
+
+
+@pytest.mark.slow  # dequantises the GGUF into a cold cache folder, then loads it twice
 def test_default_model_is_cached_atomically_and_reloads(smollm2):
     model, tokenizer, cache = smollm2
     assert model.config._attn_implementation == ATTN_IMPLEMENTATION and not model.training
@@ -49,8 +56,9 @@ def test_default_model_is_cached_atomically_and_reloads(smollm2):
     assert tok2("Hello world")["input_ids"] == tokenizer("Hello world")["input_ids"]
 
 
-def test_response_start_points_at_the_first_answer_token(smollm2):
-    _, tokenizer, _ = smollm2
+def test_response_start_points_at_the_first_answer_token(smollm2_user_cache):
+    model, tokenizer = smollm2_user_cache
+    assert model.config._attn_implementation == ATTN_IMPLEMENTATION and not model.training
     context, question, answer = EXAMPLES[0]
     ids, start = format_example(tokenizer, context, question, answer)
     assert tokenizer.decode(ids[start:], clean_up_tokenization_spaces=False) == answer

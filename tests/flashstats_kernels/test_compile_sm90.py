@@ -122,6 +122,7 @@ def _compile_in_a_subprocess(function: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_kernels_compile_for_sm90_with_every_option_on():
     """The fast default: two variants (a few seconds); the next test compiles every variant."""
     _compile_in_a_subprocess("compile_representatives")

@@ -86,7 +86,7 @@ def test_packed_layouts(gaps):
     assert all(t.dtype == torch.float32 for t in real[1:]) and real[0].dtype == q.dtype
 
 
-@pytest.mark.parametrize("gaps", [False, True])
+@pytest.mark.parametrize("gaps", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_packed_call_is_one_graph_and_compiles_fullgraph(gaps):
     (q, k, v, cu_q, cu_k, max_q, max_k), kwargs, sinks = packed(gaps=gaps)
     args = (q, k, v, cu_q, cu_k, max_q, max_k, sinks)

@@ -143,6 +143,7 @@ def test_training_warns_when_the_probabilities_collapse(record_factory):
         train_feature_sets(["L9"], list(range(8)), train, y_tr, [f"g{i}" for i in range(60)], val, y_va)
 
 
+@pytest.mark.slow  # a whole `train` (test_cli_json.py runs one by default)
 def test_cli_train_limit_12_prints_the_warning_on_one_line(char_proxy, tmp_path, capsys):
     argv = ["train", "--limit", "12", "--device", "cpu", "--out", str(tmp_path), "--feature-sets", "L9",
             "--no-published"]  # fmt: skip

@@ -32,11 +32,13 @@ def refuse(argv, module="halluprobe.cli", env=None):
     return rc, torch_loaded, run.stderr
 
 
-def assert_refused(argv, match, **kw):
+def assert_refused(argv, match, **kw) -> str:
+    """Assert a one-line refusal naming ``match``, before torch; return the refusal."""
     rc, torch_loaded, err = refuse(argv, **kw)
     assert rc == 2, err
     assert match in err and len(err.strip().splitlines()) == 1, err
     assert not torch_loaded, f"torch was imported before refusing: {err}"
+    return err
 
 
 @pytest.fixture
@@ -145,10 +147,9 @@ def test_token_probe_without_spans_fails_before_the_proxy(tmp_path):
 def test_an_uncached_hub_id_fails_at_once_when_offline(tmp_path, module, argv, flag):
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     argv = [*argv, "--out", str(tmp_path / "run")]
-    assert_refused(
+    err = assert_refused(
         argv, f"{flag} someorg/missing-model: not in the local Hugging Face cache", module=module, env=env
     )
-    _, _, err = refuse(argv, module=module, env=env)
     assert "offline" in err
 
 

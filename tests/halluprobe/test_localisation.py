@@ -258,6 +258,7 @@ def _spotty(n, rng):
     return out
 
 
+@pytest.mark.slow  # the full grid of windows, smooths, gaps; the tests above fit and decode one
 def test_context_window_and_decoding_are_chosen_on_validation_and_help():
     rng = np.random.default_rng(4)
     train, val, test = _spotty(120, rng), _spotty(60, rng), _spotty(60, rng)

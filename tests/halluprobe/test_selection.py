@@ -99,6 +99,7 @@ def test_selection_file_round_trip_and_errors(tmp_path):
         Selection.load(bad)
 
 
+@pytest.mark.slow  # two selections; the tests above select A7 and L9 and round-trip the file
 def test_a_selection_made_once_is_reused_unchanged_on_another_dataset(record_factory):
     # select on dataset A, then train on dataset B: B's L9 and A7 read exactly A's features
     recs_a = _records(record_factory, 60, seed=10)

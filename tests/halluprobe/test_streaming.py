@@ -236,8 +236,8 @@ def test_cli_stream_emits_no_deprecation_warning(detector, tmp_path, capsys, mon
     ext = detector.extractor()
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     with warnings.catch_warnings():
-        # every FutureWarning and DeprecationWarning, Transformers' own included (pyproject ignores
-        # those raised inside transformers, which is where a deprecated argument we passed is reported)
+        # every FutureWarning and DeprecationWarning, Transformers' own included (pyproject ignores the
+        # DeprecationWarnings raised inside transformers, where a deprecated argument we pass is reported)
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", DeprecationWarning)
         assert main(["stream", str(tmp_path / "det"), "--context", "w4 w5 w6", *mode, "--json"]) == 0

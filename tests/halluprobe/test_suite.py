@@ -206,6 +206,7 @@ def test_results_page_renders_a_written_folder(tmp_path, two_tasks, record_facto
     assert "window 0, smoothing 0, gap 0" in page and "0.589" in page
 
 
+@pytest.mark.slow  # test_localisation_runs_and_tables runs the localisation suite by default
 def test_localisation_runs_fit_each_view_and_choose_by_validation_span_f1():
     from halluprobe.features import TokenExample
 
@@ -251,6 +252,7 @@ def _opposite_tasks(rng) -> dict:
             for s, n in (("train", 40), ("validation", 20), ("test", 20))}  # fmt: skip
 
 
+@pytest.mark.slow  # test_localisation_runs_and_tables runs the localisation suite by default
 def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
     """Two tasks whose token signal has opposite signs: one pooled probe cannot read both; per task can."""
     from halluprobe.localisation import evaluate_spans
@@ -274,6 +276,7 @@ def test_per_task_token_probes_score_each_answer_with_its_tasks_probe():
         probes.scores("c", test_b[0].features)
 
 
+@pytest.mark.slow  # test_localisation_runs_and_tables runs the localisation suite by default
 def test_cross_validated_task_probes_fit_on_train_and_validation_and_score_test_once():
     from halluprobe.features import TokenExample
 

@@ -101,6 +101,7 @@ def test_train_with_token_examples_saves_the_token_probe(tmp_path, record_factor
     assert loc["cv_folds"] == 0
 
 
+@pytest.mark.slow  # test_localisation.py covers the CV token probe; the test above trains a token probe
 def test_train_with_cross_validated_token_probe(tmp_path, record_factory, char_llama):
     """``token_cv``: the token probe's choices by group CV over train + validation, fitted on both."""
     from halluprobe.detectors import Detector

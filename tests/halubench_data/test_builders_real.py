@@ -69,7 +69,8 @@ def test_ragtruth_groups_never_cross_splits_and_split_near_70_15_15(ragtruth):
 @pytest.mark.parametrize(
     ("name", "folder", "n", "n_supported"),
     [
-        ("wice", "llm-aggrefact", 358 + 349, 111 + 115),
+        # wice's long claims: the slowest build and near-duplicate scan (the other sources run by default)
+        pytest.param("wice", "llm-aggrefact", 358 + 349, 111 + 115, marks=pytest.mark.slow),
         ("lfqa", "llm-aggrefact", 3968, 2285),
         ("claimverify", "llm-aggrefact", 730, 365),
         ("expertqa", "expertqa", 660, 330),
@@ -111,7 +112,17 @@ def _built(name: str):
     return build_claims(name, DATA / ("expertqa" if name == "expertqa" else "llm-aggrefact"))
 
 
-@pytest.mark.parametrize("name", ["ragtruth", "faithbench", "wice", "lfqa", "claimverify", "expertqa"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ragtruth",
+        "faithbench",
+        pytest.param("wice", marks=pytest.mark.slow),
+        "lfqa",
+        "claimverify",
+        "expertqa",
+    ],
+)
 def test_no_near_duplicate_component_spans_splits(name):
     ds = _built(name)
     assert _near_duplicate_components_crossing_splits(ds) == []

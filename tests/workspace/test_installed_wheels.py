@@ -72,6 +72,7 @@ def check_kernels_wheel(python: Path, tmp: Path, device: str, compiler: str) -> 
     return out
 
 
+@pytest.mark.slow  # installs the kernels wheel into a fresh environment and compiles there
 def test_kernels_wheel_alone_runs_and_compiles_the_readme_example(tmp_path, dists):
     python = fresh_venv(tmp_path, "flashstats-kernels", dists, ["flashstats_kernels"])
     freeze = sh("uv", "pip", "freeze", "--python", str(python)).lower()
