@@ -201,9 +201,9 @@ class ProxyExtractor:
         """What the records depend on (part of every cache key): proxy, its weights, layers, TOHA, template.
 
         The weights enter by content (``flashstats_hf.loading.weights_digest``, hashed once per file and
-        remembered), so a proxy whose weights change at the same path never reuses the old records.
+        remembered), so a proxy whose weights change at the same path never reuses the old records. The
+        grounding block's settings are part of it too.
         """
-        """What the records depend on (part of every cache key): proxy, layers, TOHA, template, grounding."""
         import hashlib
 
         from flashstats_hf import LOGIT_STAT_NAMES
