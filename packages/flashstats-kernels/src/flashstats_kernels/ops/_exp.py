@@ -1,6 +1,6 @@
 """Exponentials on the FMA pipes (FlashAttention-4's split), for T3's switch ``FLASHSTATS_T3_SPLIT_EXP``.
 
-Measured slower than the special-function unit on the H200 at every share (``benchmarks/t3_exp_split.py``),
+Measured slower than the special-function unit on the H200 at every share (a side-by-side run of 2026-12-02),
 so T3 runs without them by default.
 """
 
