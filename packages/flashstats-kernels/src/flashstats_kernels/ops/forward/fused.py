@@ -210,10 +210,10 @@ def _fwd_kernel(
 # tuning one new key costs a few compilations and benchmarks.
 _FORWARD_TABLES = {
     # the fifth d = 64 candidate caps T1 at 128 registers (2 CTAs per SM, no spills): T1 / Base 1.32 ->
-    # 1.24-1.26 at 16K-32K, r = 0.3 (H200, 2026-12-02); Base already fits in 128
+    # 1.24-1.26 at 16K-32K, r = 0.3 (H200, 2026-12-01); Base already fits in 128
     64: ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 64, 8, 3, 128)),
     # split head dims 80 = 64 + 16 and 96 = 64 + 32: capped at 128 registers (2 CTAs per SM), Base runs
-    # 1.39-1.64x SDPA-FA2 against 1.18-1.27x uncapped at 16K-32K, r = 0.3 (H200, 2026-12-02)
+    # 1.39-1.64x SDPA-FA2 against 1.18-1.27x uncapped at 16K-32K, r = 0.3 (H200, 2026-12-01)
     96: ((128, 64, 8, 3, 128), (128, 64, 8, 2, 128), (128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2)),
     128: ((128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 8, 2)),
     256: ((64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 8, 3), (128, 32, 8, 2)),
