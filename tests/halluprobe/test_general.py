@@ -193,3 +193,66 @@ def test_sources_are_the_examples_sources_and_shared_groups_stay_out(record_fact
     assert held_a[0] == {1, 2} and f"0/{shared}" not in held_a[1]  # b's answers in a's group stay out
     assert held_b[0] == {0, 2} and f"0/{shared}" not in held_b[1]
     assert f"0/{shared}" in folds[2][1]  # holding out c: the shared group is fitted on
+
+
+def test_an_anchored_candidate_is_one_probe_equal_to_its_mix(sources):
+    from halluprobe.training import _anchor
+
+    datasets, records = sources
+    tr = [r for ds in datasets for r in records[ds.name]["train"]]
+    y = np.concatenate([ds.train.labels for ds in datasets])
+    src = np.repeat(np.arange(3), [len(ds.train) for ds in datasets])
+    test = [r for ds in datasets for r in records[ds.name]["test"]]
+    pool = gen._Pool(tr, y, [str(i) for i in range(len(tr))], src)
+    probe = gen.fit_weighted("L9", [0], 1, pool, pool)
+    mixed = _anchor.anchored_scores(probe, tr, test, (0.3,))[0.3]
+    folded = _anchor.anchor(probe, tr, y, 0.3)
+    assert folded.feature_set == "GL9" and folded.selection["overlap_weight"] == pytest.approx(0.7)
+    np.testing.assert_allclose(folded.decision_function(test), mixed, rtol=1e-9, atol=1e-9)
+    overlap = np.array([r.grounding[0] for r in test])
+    only_floor = _anchor.anchor(probe, tr, y, 0.0).decision_function(test)  # w = 0: the floor, z-scored
+    np.testing.assert_allclose(np.argsort(only_floor, kind="stable"), np.argsort(overlap, kind="stable"))
+    with pytest.raises(ValueError, match="brings G itself"):
+        _anchor.parse_candidate("O+GL9")
+    with pytest.raises(ValueError, match="not a concatenation"):
+        _anchor.parse_candidate("O+X9")
+
+
+def test_anchored_candidates_are_chosen_with_their_weight_and_saved(sources, tmp_path):
+    from halluprobe.training._anchor import ANCHOR_WEIGHTS
+
+    result = fit_general(
+        *sources, head_order=list(range(8)), hidden_layers=(1,), feature_sets=("O+L9", "GL9")
+    )
+    assert set(result.loso_auroc) == {"GL9"} | {f"O+L9@{w:g}" for w in ANCHOR_WEIGHTS}
+    means = result.mean_loso_auroc()
+    assert result.candidate == max(means, key=lambda c: (means[c], -list(means).index(c)))
+    det = result.detector
+    if result.candidate.startswith("O+"):
+        w = float(result.candidate.split("@")[1])
+        assert result.feature_set == "GL9" and det.probe_.selection["probe_weight"] == pytest.approx(w)
+    loaded = Detector.load(det.save(tmp_path / "d"))
+    recs = sources[1]["qa"]["test"]
+    np.testing.assert_array_equal(loaded.score_records(recs), det.score_records(recs))
+
+
+def test_parallel_leave_one_source_out_gives_the_same_detector(sources):
+    one = fit_general(*sources, head_order=list(range(8)), hidden_layers=(1,), feature_sets=("O+L9", "GL9"))
+    two = fit_general(
+        *sources, head_order=list(range(8)), hidden_layers=(1,), feature_sets=("O+L9", "GL9"), jobs=2
+    )
+    assert one.loso_auroc == two.loso_auroc and one.candidate == two.candidate
+    np.testing.assert_array_equal(one.detector.probe_.coef, two.detector.probe_.coef)
+    with pytest.raises(ValueError, match="jobs must be an int >= 1"):
+        fit_general(*sources, head_order=list(range(8)), hidden_layers=(1,), feature_sets=("GL9",), jobs=0)
+
+
+def test_the_cli_help_names_the_default_candidates():
+    from halluprobe.cli._parser import build_parser
+    from halluprobe.training._general import GENERAL_FEATURE_SETS
+
+    train = next(
+        a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith("train")
+    )
+    text = "".join(train.format_help().split())  # argparse wraps the list after its commas
+    assert ",".join(GENERAL_FEATURE_SETS) in text

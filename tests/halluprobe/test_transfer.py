@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from halluprobe.cli import main
 from halluprobe.evaluation import TransferTable, leave_one_source_out
-from halluprobe.evaluation._transfer import Pool, floor_fitter, probe_fitter
+from halluprobe.evaluation._transfer import Pool, floor_fitter, judge_fitter, probe_fitter
 from halubench_data import Dataset, Example, overlap_scores, write_jsonl
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar".split()
@@ -103,8 +103,35 @@ def test_probe_fitter_scores_held_out_records(record_factory):
                                  n_bootstrap=50)  # fmt: skip
     probe = [r for r in table.rows if r.method == "L9"]
     assert [r.kind for r in probe] == ["probe"] * 3 and all(r.auroc > 0.8 for r in probe)
+    forked = leave_one_source_out(srcs, records, fitters=[floor_fitter, probe_fitter(["L9"], list(range(8)))],
+                                  n_bootstrap=50, jobs=2)  # fmt: skip
+    assert forked.rows == table.rows  # the same table whatever the number of worker processes
+    assert forked.reliability.keys() == table.reliability.keys()
+    for m, curve in table.reliability.items():
+        assert forked.reliability[m].ece == curve.ece
+    with pytest.raises(ValueError, match="jobs must be an int >= 1"):
+        leave_one_source_out(srcs, records, jobs=0)
     with pytest.raises(ValueError, match="needs proxy records"):
         leave_one_source_out(srcs, fitters=[probe_fitter(["L9"], list(range(8)))])
+
+
+def test_judge_template_is_chosen_on_the_other_sources():
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    rng = np.random.default_rng(3)
+    honest, leaky = {}, {}
+    for e in (e for ds in srcs for e in ds):
+        honest[e.id] = e.label + rng.normal(0, 0.8)  # informative everywhere, imperfect
+        leaky[e.id] = float(e.label if e.source in "ab" else 1 - e.label)  # perfect on 'a', 'b'; wrong on 'c'
+    table = leave_one_source_out(srcs, fitters=[judge_fitter({"leaky": leaky, "honest": honest}, "judge")],
+                                 n_bootstrap=50)  # fmt: skip
+    rows = {r.source: r for r in table.rows}
+    assert {r.kind for r in table.rows} == {"judge"}
+    assert 0.6 < rows["a"].auroc < 0.99  # validation on 'b' and 'c': leaky averages 0.5, honest wins
+    assert rows["c"].auroc == pytest.approx(0.0, abs=1e-9)  # validation on 'a' and 'b' picks leaky
+    with pytest.raises(ValueError, match="has no score"):
+        leave_one_source_out(srcs, fitters=[judge_fitter({"t": {}})])
+    with pytest.raises(ValueError, match="at least one template"):
+        judge_fitter({})
 
 
 @pytest.mark.slow
@@ -126,3 +153,17 @@ def test_cli_transfer_floors_only_without_a_proxy(tmp_path, capsys):
     assert (out / "transfer.md").read_text().startswith("# Transfer") and (out / "reliability.png").exists()
     assert main(["transfer", files[0], files[1], "--out", str(out), "--overwrite"]) == 2  # one source
     assert "at least two sources" in capsys.readouterr().err
+
+
+def test_cli_transfer_judge_flags_are_checked_before_any_model_loads(tmp_path, capsys):
+    files = []
+    for i, name in enumerate("ab"):
+        path = tmp_path / f"{name}.jsonl"
+        write_jsonl(_source(name, 20, i), path)
+        files += ["--dataset", str(path)]
+    out = str(tmp_path / "run")
+    assert main(["transfer", *files, "--judge-template", "strict", "--out", out]) == 2
+    assert "--judge-template needs --judge" in capsys.readouterr().err
+    assert main(["transfer", *files, "--judge", "--judge-template", "nosuch", "--out", out]) == 2
+    assert "'nosuch': expected one of" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

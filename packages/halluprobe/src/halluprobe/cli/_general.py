@@ -11,7 +11,7 @@ from pathlib import Path
 
 from halubench_data import clikit
 
-GENERAL_ONLY = ("cache",)
+GENERAL_ONLY = ("cache", "jobs")
 """``train`` flags that apply with ``--general`` only."""
 NOT_GENERAL = {
     "toha": "--toha",
@@ -27,9 +27,13 @@ def add_general_args(p) -> None:
     p.add_argument(
         "--general", action="store_true",
         help="train one general detector on every --dataset (repeat the flag): equal weight per source, "
-        "the feature set (--feature-sets: candidates, default GA7L9,GH64,GA7H64,GA64H64,GA7H64L9,GA64H64L9) "
-        "chosen by leave-one-source-out AUROC, calibrated on the pooled validation splits; writes "
-        "OUT/detector and OUT/general.json",
+        "the candidate (--feature-sets) chosen by leave-one-source-out AUROC, calibrated on the pooled "
+        "validation splits; writes OUT/detector and OUT/general.json",
+    )  # fmt: skip
+    p.add_argument(
+        "--jobs", type=int, default=None,
+        help="--general: held-out sources fitted at once, each in its own process (default 1; the detector "
+        "is the same)",
     )  # fmt: skip
     p.add_argument(
         "--cache", action="append", type=Path, default=None, metavar="DIR",
@@ -46,7 +50,11 @@ def check_general_flags(args) -> list[str]:
             raise clikit.UsageError("several --dataset need --general (one detector from several sources)")
         if args.cache:
             raise clikit.UsageError("--cache applies to --general only")
+        if args.jobs is not None:
+            raise clikit.UsageError("--jobs applies to --general only")
         return specs
+    if args.jobs is not None and args.jobs < 1:
+        raise clikit.UsageError(f"--jobs must be >= 1, got {args.jobs}")
     for name, flag in NOT_GENERAL.items():
         if getattr(args, name):
             raise clikit.UsageError(f"{flag} does not apply with --general")
@@ -127,13 +135,15 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
     with degenerate_fit_lines("halluprobe train"):
         result = fit_general(
             datasets, records, head_order=order, proxy=args.proxy, layers=ext.layers,
-            hidden_layers=ext.hidden_layers or (), feature_sets=sets, progress=clikit.status, **selections,
+            hidden_layers=ext.hidden_layers or (), feature_sets=sets, progress=clikit.status,
+            jobs=args.jobs or 1, **selections,
         )  # fmt: skip
     det_dir = result.detector.save(out / "detector")
     doc = {
         "sources": {ds.name: spec for ds, spec in zip(datasets, specs, strict=True)},
         "limit": args.limit,
         "feature_set": result.feature_set,
+        "candidate": result.candidate,
         "threshold": result.detector.probe_.threshold,
         "calibration": {"slope": result.calibration[0], "intercept": result.calibration[1]},
         "selection": result.detector.probe_.selection,
@@ -144,8 +154,8 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
 
     report = out / "general.json"
     atomic_write_bytes(report, json.dumps(clikit.json_ready(doc), indent=1).encode())
-    lines = [f"  {fs:12s} mean held-out AUROC {m:.4f}" for fs, m in result.mean_loso_auroc().items()]
-    lines += [f"general detector {result.feature_set}: {det_dir}", f"report: {report}"]
+    lines = [f"  {fs:14s} mean held-out AUROC {m:.4f}" for fs, m in result.mean_loso_auroc().items()]
+    lines += [f"general detector {result.candidate} ({result.feature_set}): {det_dir}", f"report: {report}"]
     clikit.emit(
         "\n".join(lines),
         lambda: {"out": str(out), "report": str(report), "detectors": {result.feature_set: str(det_dir)},

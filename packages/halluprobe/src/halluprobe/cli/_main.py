@@ -170,11 +170,11 @@ def cmd_train(args) -> int:
     if not sets:
         raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
     if args.general:
-        from halluprobe.blocks._blocks import parse_feature_set
         from halluprobe.cli._general import cmd_train_general
+        from halluprobe.training._anchor import parse_candidate
 
         for name in sets:
-            parse_feature_set(name)  # a bad name fails before the proxy runs
+            parse_candidate(name)  # a bad name fails before the proxy runs
         args.feature_sets = None if args.feature_sets is None else sets
         return cmd_train_general(args, specs, _selections(args))
     args.dataset = specs[0]

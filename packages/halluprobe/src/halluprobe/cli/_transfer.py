@@ -38,6 +38,15 @@ def add_transfer_parser(sub) -> None:
         f"{DEFAULT_TRANSFER_SETS})",
     )  # fmt: skip
     p.add_argument("--no-published", action="store_true", help="skip the published detectors")
+    p.add_argument(
+        "--judge", action="store_true",
+        help="add the proxy as an LLM judge (the template of each fold chosen on the other sources' "
+        "validation splits; needs halujudge)",
+    )  # fmt: skip
+    p.add_argument(
+        "--judge-template", action="append", default=None, metavar="NAME",
+        help="a judge template to score (repeat; default: every template halujudge ships)",
+    )  # fmt: skip
     p.add_argument("--calibration", default="platt", choices=("platt", "isotonic"), help="default platt")
     p.add_argument(
         "--threshold", default="mean-f1", choices=("mean-f1", "calibrated-0.5"),
@@ -46,6 +55,10 @@ def add_transfer_parser(sub) -> None:
     p.add_argument(
         "--held-out", default="all", choices=("all", "test"),
         help="score all examples of the held-out source (default) or its test split",
+    )  # fmt: skip
+    p.add_argument(
+        "--jobs", type=int, default=1,
+        help="held-out sources fitted at once, each in its own process (default 1; the table is the same)",
     )  # fmt: skip
     clikit.add_limit_arg(p)
     p.add_argument(
@@ -64,8 +77,33 @@ def add_transfer_parser(sub) -> None:
     clikit.add_json_arg(p, TRANSFER)
 
 
-def _records(datasets, args) -> tuple[dict, list[int], list[str]]:
-    """Proxy records of every example (through OUT/cache), the induction head order, the logit names."""
+def _check_templates(names: list[str]) -> None:
+    """Halujudge is installed and ships every template named (before any model loads)."""
+    try:
+        from halujudge import list_templates
+    except ImportError:
+        raise clikit.UsageError("--judge needs halujudge: pip install 'halluprobe[judge]'") from None
+    bad = [n for n in names if n not in list_templates()]
+    if bad:
+        raise clikit.UsageError(f"--judge-template {bad[0]!r}: expected one of {', '.join(list_templates())}")
+
+
+def _judge_scores(model, tok, datasets, args) -> dict[str, dict[str, float]]:
+    """``{template: {example id: score}}`` of the proxy as an LLM judge, every shipped template."""
+    from halujudge import LLMJudge, list_templates
+
+    examples = [e for ds in datasets for e in ds]
+    out = {}
+    for name in args.judge_template or list_templates():
+        judge = LLMJudge(model, tok, name, model_id=args.proxy or "default", batch_size=args.batch_size)
+        clikit.status(f"judge template {name}: {len(examples)} examples")
+        scores = judge.score(examples, progress=clikit.show_progress())
+        out[name] = {e.id: float(v) for e, v in zip(examples, scores, strict=True)}
+    return out
+
+
+def _records(datasets, args) -> tuple[dict, list[int], list[str], dict[str, dict[str, float]] | None]:
+    """Records of every example (via OUT/cache), head order, logit names, judge scores (``--judge``)."""
     from flashstats_hf import LOGIT_STAT_NAMES, load_model
 
     from halluprobe.blocks._induction import induction_scores, rank_heads
@@ -86,7 +124,8 @@ def _records(datasets, args) -> tuple[dict, list[int], list[str]]:
         )  # fmt: skip
         records.update({e.id: r for e, r in zip(ds.examples, recs, strict=True)})
     all_layers = layers if layers is not None else tuple(range(int(model.config.num_hidden_layers)))
-    return records, rank_heads(induction_scores(model), all_layers), list(LOGIT_STAT_NAMES)
+    judge = _judge_scores(model, tok, datasets, args) if args.judge else None
+    return records, rank_heads(induction_scores(model), all_layers), list(LOGIT_STAT_NAMES), judge
 
 
 def cmd_transfer(args) -> int:
@@ -98,16 +137,21 @@ def cmd_transfer(args) -> int:
     from halluprobe.evaluation._transfer import (
         Fitter,
         floor_fitter,
+        judge_fitter,
         leave_one_source_out,
         probe_fitter,
         published_fitter,
     )
     from halluprobe.training._calibration import degenerate_fit_lines
 
+    if args.judge_template and not args.judge:
+        raise clikit.UsageError("--judge-template needs --judge")
+    if args.judge:
+        _check_templates(args.judge_template or [])
     sets = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
     for name in sets:
         parse_feature_set(name)  # a bad name fails before anything loads
-    for flag in ("batch_size", "token_budget", "n_bootstrap"):
+    for flag in ("batch_size", "token_budget", "n_bootstrap", "jobs"):
         if getattr(args, flag) < 1:
             raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     clikit.resolve_device(args.device)
@@ -123,16 +167,20 @@ def cmd_transfer(args) -> int:
     clikit.status(f"sources: {', '.join(sources)}")
     fitters: list[Fitter] = [floor_fitter]
     records = None
-    if sets or not args.no_published:
+    if sets or not args.no_published or args.judge:
         clikit.deterministic_kernels(clikit.resolve_device(args.device), args.autotune)
         clikit.quiet_transformers()
-        records, order, logit_names = _records(datasets, args)
+        records, order, logit_names, judge = _records(datasets, args)
         fitters += [probe_fitter(sets, order)] if sets else []
         fitters += [] if args.no_published else [published_fitter(order, logit_names)]
+        fitters += (
+            [judge_fitter(judge, "SmolLM2 judge" if args.proxy is None else "proxy judge")] if judge else []
+        )
     with degenerate_fit_lines("halluprobe transfer"):
         table = leave_one_source_out(
             datasets, records, fitters=fitters, calibration=args.calibration, threshold=args.threshold,
             held_out=args.held_out, n_bootstrap=args.n_bootstrap, progress=clikit.status,
+            jobs=args.jobs,
         )  # fmt: skip
     paths = table.write(args.out)
     doc = {"out": args.out, "files": [str(p) for p in paths], "sources": table.sources,

@@ -34,6 +34,7 @@ from halubench_data.grounding import GROUNDING_FEATURES
 from halubench_data.metrics import evaluate, f1_at, select_threshold
 from halubench_data.schema import Example
 
+from halluprobe._fork import fork_map
 from halluprobe.training._calibration import (
     CalibrationMethod,
     Calibrator,
@@ -47,7 +48,15 @@ if TYPE_CHECKING:
     from halluprobe.evaluation._transfer_table import TransferTable
     from halluprobe.features._records import ExampleRecord
 
-__all__ = ["Fitter", "Pool", "floor_fitter", "leave_one_source_out", "probe_fitter", "published_fitter"]
+__all__ = [
+    "Fitter",
+    "Pool",
+    "floor_fitter",
+    "judge_fitter",
+    "leave_one_source_out",
+    "probe_fitter",
+    "published_fitter",
+]
 
 Kind = Literal["probe", "detector", "judge", "text-only", "floor"]
 Scorer = Callable[["Pool"], np.ndarray]
@@ -166,6 +175,38 @@ def published_fitter(head_order: Sequence[int], logit_names: Sequence[str], toha
     return fit
 
 
+def judge_fitter(scores: Mapping[str, Mapping[str, float]], name: str = "judge") -> Fitter:
+    """An LLM judge (zero-fit): the template with the best mean per-source validation AUROC.
+
+    Args:
+        scores: ``{template: {example id: score}}``, higher = more likely hallucinated (for example
+            `halujudge.LLMJudge.score` of every shipped template); every example of the run needs a score
+            under every template.
+        name: The method's name in the table.
+    """
+    from halluprobe.training._general import mean_source_auroc
+
+    if not scores:
+        raise ValueError("judge_fitter needs the scores of at least one template")
+
+    def column(template: str, pool: Pool) -> np.ndarray:
+        per = scores[template]
+        missing = [e.id for e in pool.examples if e.id not in per]
+        if missing:
+            raise ValueError(f"judge scores: template {template!r} has no score for {missing[0]!r}")
+        return np.array([per[e.id] for e in pool.examples], dtype=np.float64)
+
+    def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
+        src = np.asarray(validation.sources)
+        by_template = {t: mean_source_auroc(column(t, validation), validation.labels, src) for t in scores}
+        best = max(
+            by_template, key=lambda t: (np.nan_to_num(by_template[t], nan=-1.0), -list(scores).index(t))
+        )
+        return {name: ("judge", lambda pool: column(best, pool))}
+
+    return fit
+
+
 def _split_by_source(pool: Pool, values: np.ndarray) -> dict[str, np.ndarray]:
     src = np.asarray(pool.sources)
     return {s: values[src == s] for s in dict.fromkeys(pool.sources)}
@@ -188,6 +229,50 @@ def _folds(
     return out
 
 
+@dataclass(frozen=True)
+class _FoldWork:
+    """Everything a fold needs."""
+
+    folds: list[tuple[str, list[Example], list[Example], list[Example]]]
+    records: Mapping[str, ExampleRecord] | None
+    fitters: tuple[Fitter, ...]
+    calibration: CalibrationMethod
+    threshold: ThresholdRule
+    n_bootstrap: int
+    seed: int
+
+
+def _fold_rows(work: _FoldWork, i: int):
+    """``(progress message, rows, [(method, (probabilities, labels))])`` of fold ``i``."""
+    from halluprobe.evaluation._transfer_table import TransferRow
+
+    name, tr, va, target = work.folds[i]
+    msg = f"held out: {name} ({len(target)} examples; fit on {len(tr)} + {len(va)})"
+    for split, part in (("training", tr), ("validation", va)):
+        if len({e.label for e in part}) < 2:
+            raise ValueError(f"holding out {name!r}: the pooled {split} split of the others lacks a class")
+    rows: list[TransferRow] = []
+    probs: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
+    if len({e.label for e in target}) < 2:
+        return msg, rows, probs  # AUROC is undefined on a one-class source
+    train, val, tgt = _pool(tr, work.records), _pool(va, work.records), _pool(target, work.records)
+    for fitter in work.fitters:
+        for method, (kind, score) in fitter(train, val).items():
+            raw_val, raw_t = score(val), score(tgt)
+            cal = Calibrator(work.calibration).fit(raw_val, val.labels, sample_weight=val.weights)
+            p_val, p_t = cal(raw_val), cal(raw_t)
+            thr = transfer_threshold(
+                _split_by_source(val, p_val), _split_by_source(val, val.labels), work.threshold
+            )
+            res = evaluate(p_t, tgt.labels, tgt.groups, thr, n_bootstrap=work.n_bootstrap, seed=work.seed)
+            best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
+            ece = reliability_curve(p_t, tgt.labels).ece
+            rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
+                                    float(np.mean(p_t >= thr)), res.n, res.n_positive))  # fmt: skip
+            probs.append((method, (p_t, tgt.labels)))
+    return msg, rows, probs
+
+
 def leave_one_source_out(
     datasets: Dataset | Sequence[Dataset],
     records: Mapping[str, ExampleRecord] | None = None,
@@ -199,6 +284,7 @@ def leave_one_source_out(
     n_bootstrap: int = 1000,
     seed: int = 42,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> TransferTable:
     """Hold each source out in turn, fit every method on the others, and score the held-out one.
 
@@ -214,13 +300,15 @@ def leave_one_source_out(
         n_bootstrap: group-bootstrap resamples of each AUROC interval.
         seed: bootstrap seed.
         progress: optional ``(message) -> None`` told about each held-out source.
+        jobs: held-out sources scored at once, each in a forked worker process with one BLAS
+            thread (Linux and macOS); the table is the same for any ``jobs``.
 
     Returns:
         A `halluprobe.evaluation.TransferTable` (rows per source and method; Markdown and CSV).
 
     Raises:
         ValueError: with fewer than two sources, an example id used twice, a fold whose pooled
-            training or validation split lacks a class, or a missing record.
+            training or validation split lacks a class, a missing record, or ``jobs`` < 1.
     """
     from halluprobe.evaluation._transfer_table import TransferRow, TransferTable, with_floor_deltas
 
@@ -233,34 +321,15 @@ def leave_one_source_out(
     folds = _folds(examples, held_out)
     if len(folds) < 2:
         raise ValueError(f"leave-one-source-out needs at least two sources, got {[f[0] for f in folds]}")
+    work = _FoldWork(folds, records, tuple(fitters), calibration, threshold, n_bootstrap, seed)
+    say = progress or (lambda m: None)
     rows: list[TransferRow] = []
     probs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for name, tr, va, target in folds:
-        (progress or (lambda m: None))(
-            f"held out: {name} ({len(target)} examples; fit on {len(tr)} + {len(va)})"
-        )
-        for split, part in (("training", tr), ("validation", va)):
-            if len({e.label for e in part}) < 2:
-                raise ValueError(
-                    f"holding out {name!r}: the pooled {split} split of the others lacks a class"
-                )
-        if len({e.label for e in target}) < 2:
-            continue  # AUROC is undefined on a one-class source
-        train, val, tgt = _pool(tr, records), _pool(va, records), _pool(target, records)
-        for fitter in fitters:
-            for method, (kind, score) in fitter(train, val).items():
-                raw_val, raw_t = score(val), score(tgt)
-                cal = Calibrator(calibration).fit(raw_val, val.labels, sample_weight=val.weights)
-                p_val, p_t = cal(raw_val), cal(raw_t)
-                thr = transfer_threshold(
-                    _split_by_source(val, p_val), _split_by_source(val, val.labels), threshold
-                )
-                res = evaluate(p_t, tgt.labels, tgt.groups, thr, n_bootstrap=n_bootstrap, seed=seed)
-                best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
-                ece = reliability_curve(p_t, tgt.labels).ece
-                rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
-                                        float(np.mean(p_t >= thr)), res.n, res.n_positive))  # fmt: skip
-                probs.setdefault(method, []).append((p_t, tgt.labels))
+    for msg, fold_rows, fold_probs in fork_map(lambda i: _fold_rows(work, i), len(folds), jobs):
+        say(msg)
+        rows += fold_rows
+        for method, pair in fold_probs:
+            probs.setdefault(method, []).append(pair)
     pooled = {m: reliability_curve(np.concatenate([p for p, _ in v]), np.concatenate([y for _, y in v]))
               for m, v in probs.items()}  # fmt: skip
     return TransferTable(with_floor_deltas(rows), pooled, calibration, threshold, held_out)

@@ -37,10 +37,15 @@ from halubench_data.metrics import auroc, best_by_validation
 from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, Standardizer, parse_feature_set
 from halluprobe.detectors._detector import Detector
 from halluprobe.features._records import ExampleRecord
+from halluprobe.training._anchor import ANCHOR_WEIGHTS, anchor, anchored_scores, parse_candidate
 from halluprobe.training._protocol import CS, ProbeFit, make_blocks, select_heads, select_sink_count
 
-GENERAL_FEATURE_SETS: tuple[str, ...] = ("GA7L9", "GH64", "GA7H64", "GA64H64", "GA7H64L9", "GA64H64L9")
-"""Candidate feature sets of a general detector, in tie-break order (each with the grounding block G)."""
+GENERAL_FEATURE_SETS: tuple[str, ...] = (
+    "O+A7H64", "O+H64", "O+A7", "GA7L9", "GH64", "GA7H64", "GA64H64", "GA7H64L9", "GA64H64L9",
+)  # fmt: skip
+"""Candidate feature sets of a general detector, in tie-break order: anchored ones (``O+``, see the
+module docstring) and probes with the grounding block G."""
+
 
 SPLITS = ("train", "validation")
 """The splits a general detector reads from each source (the test splits stay untouched)."""
@@ -71,11 +76,13 @@ class GeneralFit:
     feature_set: str
     """The chosen feature set."""
     loso_auroc: dict[str, dict[str, float]]
-    """``{feature set: {held-out source: AUROC}}`` of every candidate (NaN where a source has one label)."""
+    """``{candidate: {held-out source: AUROC}}`` of every candidate (NaN where a source has one label)."""
     sources: list[str] = field(default_factory=list)
     """The training sources, in the order given."""
     calibration: tuple[float, float] = (1.0, 0.0)
     """``(slope, intercept)`` of the Platt scaling folded into the probe."""
+    candidate: str = ""
+    """The chosen candidate as named in `loso_auroc` (``"O+A7H64@0.3"`` for an anchored one)."""
 
     def mean_loso_auroc(self) -> dict[str, float]:
         """``{feature set: mean held-out AUROC}`` over the sources with both labels."""
@@ -240,35 +247,55 @@ def _check_sources(names: Sequence[str], tr: _Pool, va: _Pool) -> None:
         check_labels(tr.y[tr.source == i], va.y[va.source == i], what=f"general detector, source {name!r}")
 
 
+def _held_out(i: int, tr: _Pool, va: _Pool) -> tuple[_Pool, _Pool, list[ExampleRecord], np.ndarray]:
+    """The pools without source ``i`` (and any group it holds), and source ``i``'s records and labels."""
+    held_groups = {g for pool in (tr, va) for g, s in zip(pool.groups, pool.source, strict=True) if s == i}
+    keep = [(pool.source != i) & ~np.isin(pool.groups, list(held_groups)) for pool in (tr, va)]
+    held = np.concatenate([tr.source == i, va.source == i])
+    held_records = [r for r, m in zip(tr.records + va.records, held, strict=True) if m]
+    return tr.take(keep[0]), va.take(keep[1]), held_records, np.concatenate([tr.y, va.y])[held]
+
+
 def loso_auroc(
     names: Sequence[str], tr: _Pool, va: _Pool, feature_sets: Sequence[str], order: Sequence[int], *,
     seed: int = 0, a7_features=A7_SELECTION, l9_features=L9_SELECTION,
-    note: Callable[[str], None] | None = None,
+    note: Callable[[str], None] | None = None, jobs: int = 1,
 ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """``{feature set: {held-out source: AUROC}}``: each source scored by probes fitted on the others.
+    """``{candidate: {held-out source: AUROC}}``: each source scored by candidates fitted on the others.
 
-    The fit of a held-out source sees neither its answers nor any other answer of a group it holds
-    (a document shared between sources of one dataset); it is scored on its training and validation
-    answers.
+    A plain candidate is a feature set; an anchored one (``O+<set>``) gives one entry per mix weight,
+    ``O+<set>@<w>`` (`ANCHOR_WEIGHTS`). The fit of a held-out source sees neither its answers nor any
+    other answer of a group it holds (a document shared between sources of one dataset); it is scored
+    on its training and validation answers. ``jobs`` held-out sources are fitted at once in forked
+    worker processes (`halluprobe._fork.fork_map`); the table does not depend on it.
     """
-    out: dict[str, dict[str, float]] = {fs: {} for fs in feature_sets}
-    for i, name in enumerate(names):
-        if note is not None:
-            note(f"leave-one-source-out: holding out {name}")
-        held_groups = {
-            g for pool in (tr, va) for g, s in zip(pool.groups, pool.source, strict=True) if s == i
-        }
-        keep = [(pool.source != i) & ~np.isin(pool.groups, list(held_groups)) for pool in (tr, va)]
-        tr_i, va_i = tr.take(keep[0]), va.take(keep[1])
-        held = np.concatenate([tr.source == i, va.source == i])
-        held_records = [r for r, m in zip(tr.records + va.records, held, strict=True) if m]
-        held_y = np.concatenate([tr.y, va.y])[held]
-        heads, k = _hyper(feature_sets, order, tr_i, va_i, a7_features)
-        for fs in feature_sets:
+    from halluprobe._fork import fork_map
+
+    parsed = {c: parse_candidate(c) for c in feature_sets}
+    probes = list(dict.fromkeys(fs for fs, _ in parsed.values()))
+
+    def fold(i: int) -> dict[str, float]:
+        tr_i, va_i, held_records, held_y = _held_out(i, tr, va)
+        heads, k = _hyper(probes, order, tr_i, va_i, a7_features)
+        got: dict[str, float] = {}
+        for cand, (fs, anchored) in parsed.items():
             fit = fit_weighted(
                 fs, heads, k, tr_i, va_i, seed=seed, a7_features=a7_features, l9_features=l9_features
             )
-            out[fs][name] = auroc(fit.decision_function(held_records), held_y)
+            if not anchored:
+                got[cand] = auroc(fit.decision_function(held_records), held_y)
+                continue
+            for w, score in anchored_scores(fit, tr_i.records, held_records, ANCHOR_WEIGHTS).items():
+                got[f"{cand}@{w:g}"] = auroc(score, held_y)
+        return got
+
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        if note is not None:
+            note(f"leave-one-source-out: holding out {name}")
+    for name, got in zip(names, fork_map(fold, len(names), jobs), strict=True):
+        for cand, value in got.items():
+            out.setdefault(cand, {})[name] = value
     return out
 
 
@@ -285,6 +312,7 @@ def fit_general(
     a7_features: tuple[str, ...] = A7_SELECTION,
     l9_features: tuple[str, ...] = L9_SELECTION,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> GeneralFit:
     """Train a general detector on several sources (the recipe in this module's docstring).
 
@@ -304,6 +332,7 @@ def fit_general(
         a7_features: A7's features (default the packaged selection).
         l9_features: L9's features (default the packaged selection).
         progress: Told about each step (``message -> None``).
+        jobs: Held-out sources fitted at once (forked worker processes); the detector is the same.
 
     Raises:
         ValueError: fewer than two sources, duplicate names, a split with one label, records that do
@@ -312,7 +341,7 @@ def fit_general(
     note = progress or (lambda msg: None)
     sets = list(dict.fromkeys(feature_sets))
     for fs in sets:
-        parse_feature_set(fs)
+        parse_candidate(fs)
     if len({ds.name for ds in datasets}) != len(datasets):
         raise ValueError(f"datasets need distinct names, got {[ds.name for ds in datasets]}")
     names = source_names(datasets)
@@ -320,15 +349,21 @@ def fit_general(
     va = _pool(datasets, records_by_dataset, "validation", names)
     _check_sources(names, tr, va)
     kw: dict[str, Any] = {"seed": seed, "a7_features": a7_features, "l9_features": l9_features}
-    table = loso_auroc(names, tr, va, sets, head_order, note=note, **kw)
+    table = loso_auroc(names, tr, va, sets, head_order, note=note, jobs=jobs, **kw)
     means = {fs: _nanmean(list(per.values())) for fs, per in table.items()}
-    chosen = max(sets, key=lambda fs: (np.nan_to_num(means[fs], nan=-1.0), -sets.index(fs)))
+    keys = list(table)
+    chosen = max(keys, key=lambda c: (np.nan_to_num(means[c], nan=-1.0), -keys.index(c)))
     note(f"chosen {chosen} (mean held-out AUROC {means[chosen]:.4f}); fitting it on every source")
-    heads, k = _hyper([chosen], head_order, tr, va, a7_features)
-    fit = fit_weighted(chosen, heads, k, tr, va, **kw)
+    cand, _, weight = chosen.partition("@")
+    fs, anchored = parse_candidate(cand)
+    heads, k = _hyper([fs], head_order, tr, va, a7_features)
+    fit = fit_weighted(fs, heads, k, tr, va, **kw)
+    if anchored:
+        fit = anchor(fit, tr.records, tr.y, float(weight))
     a, b = calibrate(fit, va)
-    used = parse_feature_set(chosen)
+    used = parse_feature_set(fs)
     fit.selection = {
+        **fit.selection,
         **({"K": float(len(heads))} if "A7" in used else {}),
         **({"k": float(k)} if "A64" in used else {}),
         "loso_auroc": float(means[chosen]),
@@ -336,7 +371,7 @@ def fit_general(
         "calibration_intercept": b,
     }
     det = Detector.from_probe(fit, proxy=proxy, layers=layers, hidden_layers=hidden_layers)
-    return GeneralFit(det, chosen, table, names, (a, b))
+    return GeneralFit(det, fit.feature_set, table, names, (a, b), chosen)
 
 
 def train_general(
