@@ -145,11 +145,17 @@ def families_cost() -> bytes:
 
 
 def transfer_values() -> tuple[dict[str, float], dict[str, dict[str, float]], str]:
-    """``(floor per source, held-out AUROC per feature set and source, the chosen set)``."""
-    floor = {r["held-out source"]: float(r["overlap floor"]) for r in markdown_rows(
-        RESULTS / "general_detector.md", "held-out source") if r["held-out source"] != "mean"}  # fmt: skip
+    """``(floor per source, held-out AUROC per candidate and source, the chosen candidate)``.
+
+    The candidates are the columns of the table in ``general_detector.md`` (an anchored candidate at its
+    best weight); the values are ``general_detector_training.json``'s.
+    """
+    rows = [r for r in markdown_rows(RESULTS / "general_detector.md", "held-out source")
+            if r["held-out source"] != "mean"]  # fmt: skip
+    floor = {r["held-out source"]: float(r["overlap floor"]) for r in rows}
     run = json.loads((RESULTS / "general_detector_training.json").read_text())
-    return floor, run["loso_auroc"], run["feature_set"]
+    shown = [c for c in rows[0] if c in run["loso_auroc"]]
+    return floor, {c: run["loso_auroc"][c] for c in shown}, run.get("candidate") or run["feature_set"]
 
 
 def detector_transfer() -> bytes:

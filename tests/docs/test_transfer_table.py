@@ -8,10 +8,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "transfer_table", ROOT / "docs" / "scripts" / "transfer_table.py"
-    )
+def _script(name: str = "transfer_table"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -51,3 +49,14 @@ def test_the_page_block_is_replaced_and_nothing_else():
     assert f"{script.START}\n| t |\n{script.END}" in new
     with pytest.raises(ValueError, match="needs one"):
         script.replace_block("no markers", "| t |\n")
+
+
+def test_the_transfer_page_holds_the_recorded_run_verbatim():
+    script = _script("transfer_page")
+    page = script.PAGE.read_text(encoding="utf-8")
+    recorded = (script.RUN / "transfer.md").read_text(encoding="utf-8")
+    assert script.render(page, recorded) == page  # regenerate with docs/scripts/transfer_page.py
+    assert "| overlap floor | floor |" in page and "SmolLM2 judge" in page
+    assert script.IMAGE.read_bytes() == (script.RUN / "reliability.png").read_bytes()
+    with pytest.raises(ValueError, match="lacks the markers"):
+        script.render("no markers here", recorded)
