@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from halluprobe.cli import main
 from halluprobe.evaluation import TransferTable, leave_one_source_out
-from halluprobe.evaluation._transfer import Pool, floor_fitter, judge_fitter, probe_fitter
+from halluprobe.evaluation._transfer import Pool, anchored_fitter, floor_fitter, judge_fitter, probe_fitter
 from halubench_data import Dataset, Example, overlap_scores, write_jsonl
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar".split()
@@ -113,6 +113,31 @@ def test_probe_fitter_scores_held_out_records(record_factory):
         leave_one_source_out(srcs, records, jobs=0)
     with pytest.raises(ValueError, match="needs proxy records"):
         leave_one_source_out(srcs, fitters=[probe_fitter(["L9"], list(range(8)))])
+
+
+def test_anchored_candidates_score_the_mix_of_the_floor_and_a_probe(record_factory):
+    from halluprobe.features._grounding import fill_grounding
+
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    rng = np.random.default_rng(1)
+    records = {}
+    for ds in srcs:
+        recs = []
+        for e in ds:
+            r = record_factory(e.id, rng, nl=2, h=4)
+            r.logit_pooled[:] += 0.8 * e.label  # a weaker proxy signal beside the words' novelty
+            recs.append(r)
+        records.update({r.id: r for r in fill_grounding(recs, list(ds))})
+    fitters = [floor_fitter, anchored_fitter(["O+L9@0", "O+L9@1", "O+L9"], list(range(8)))]
+    table = leave_one_source_out(srcs, records, fitters=fitters, n_bootstrap=50)
+    rows = {(r.source, r.method): r for r in table.rows}
+    for s in table.sources:
+        # weight 0 is the overlap floor itself (z-scoring keeps its order); weight 1 the probe alone
+        assert rows[s, "O+L9@0"].auroc == pytest.approx(rows[s, "overlap floor"].auroc)
+        assert rows[s, "O+L9"].kind == "probe" and rows[s, "O+L9@1"].auroc > 0.6
+    for bad, match in (("O+GL9@0.3", "brings G itself"), ("L9", "not an anchored"), ("O+L9@2", "outside")):
+        with pytest.raises(ValueError, match=match):
+            anchored_fitter([bad], [])
 
 
 def test_judge_template_is_chosen_on_the_other_sources():

@@ -34,7 +34,9 @@ def add_transfer_parser(sub) -> None:
     )  # fmt: skip
     p.add_argument(
         "--feature-sets", default=DEFAULT_TRANSFER_SETS,
-        help=f"comma-separated feature sets, or 'none' for the floors alone (no proxy; default "
+        help="comma-separated feature sets, anchored candidates of the general detector (O+SET@w: the "
+        "overlap score mixed with a probe of SET at weight w; O+SET: w chosen on validation; the packaged "
+        "detector is O+A7H64@0.4), or 'none' for the floors alone (no proxy; default "
         f"{DEFAULT_TRANSFER_SETS})",
     )  # fmt: skip
     p.add_argument("--no-published", action="store_true", help="skip the published detectors")
@@ -89,15 +91,20 @@ def _check_templates(names: list[str]) -> None:
 
 
 def _judge_scores(model, tok, datasets, args) -> dict[str, dict[str, float]]:
-    """``{template: {example id: score}}`` of the proxy as an LLM judge, every shipped template."""
-    from halujudge import LLMJudge, list_templates
+    """``{template: {example id: score}}`` of the proxy as an LLM judge (``--judge-template``: default all).
+
+    Scores are kept in OUT/cache.jsonl (halujudge's score cache, keyed by model, template, example and
+    prompt), so a rerun, or one that was stopped, scores only what is missing.
+    """
+    from halujudge import LLMJudge, ScoreCache, list_templates
 
     examples = [e for ds in datasets for e in ds]
+    cache = ScoreCache(Path(args.out) / "cache.jsonl")
     out = {}
     for name in args.judge_template or list_templates():
         judge = LLMJudge(model, tok, name, model_id=args.proxy or "default", batch_size=args.batch_size)
         clikit.status(f"judge template {name}: {len(examples)} examples")
-        scores = judge.score(examples, progress=clikit.show_progress())
+        scores = judge.score(examples, cache=cache, progress=clikit.show_progress())
         out[name] = {e.id: float(v) for e, v in zip(examples, scores, strict=True)}
     return out
 
@@ -136,6 +143,7 @@ def cmd_transfer(args) -> int:
     from halluprobe.cli._common import parse_layers
     from halluprobe.evaluation._transfer import (
         Fitter,
+        anchored_fitter,
         floor_fitter,
         judge_fitter,
         leave_one_source_out,
@@ -148,9 +156,12 @@ def cmd_transfer(args) -> int:
         raise clikit.UsageError("--judge-template needs --judge")
     if args.judge:
         _check_templates(args.judge_template or [])
-    sets = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
+    names = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
+    anchored = [n for n in names if n.startswith("O+")]
+    sets = [n for n in names if not n.startswith("O+")]
     for name in sets:
         parse_feature_set(name)  # a bad name fails before anything loads
+    anchored_fitter(anchored, [])  # likewise for the anchored candidates
     for flag in ("batch_size", "token_budget", "n_bootstrap", "jobs"):
         if getattr(args, flag) < 1:
             raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
@@ -167,11 +178,12 @@ def cmd_transfer(args) -> int:
     clikit.status(f"sources: {', '.join(sources)}")
     fitters: list[Fitter] = [floor_fitter]
     records = None
-    if sets or not args.no_published or args.judge:
+    if names or not args.no_published or args.judge:
         clikit.deterministic_kernels(clikit.resolve_device(args.device), args.autotune)
         clikit.quiet_transformers()
         records, order, logit_names, judge = _records(datasets, args)
         fitters += [probe_fitter(sets, order)] if sets else []
+        fitters += [anchored_fitter(anchored, order)] if anchored else []
         fitters += [] if args.no_published else [published_fitter(order, logit_names)]
         fitters += (
             [judge_fitter(judge, "SmolLM2 judge" if args.proxy is None else "proxy judge")] if judge else []

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Fitter",
     "Pool",
+    "anchored_fitter",
     "floor_fitter",
     "judge_fitter",
     "leave_one_source_out",
@@ -154,6 +155,53 @@ def probe_fitter(feature_sets: Sequence[str], head_order: Sequence[int], **selec
             return lambda pool: f.decision_function(pool.record_list())
 
         return {name: ("probe", scorer(f)) for name, f in fits.items()}
+
+    return fit
+
+
+def anchored_fitter(candidates: Sequence[str], head_order: Sequence[int]) -> Fitter:
+    """Anchored candidates of the general detector: the overlap floor mixed with a probe.
+
+    Each candidate is ``O+SET@w`` (the mix weight ``w`` given; the packaged detector is
+    ``O+A7H64@0.4``) or ``O+SET`` (``w`` chosen in every fold among
+    `halluprobe.training._anchor.ANCHOR_WEIGHTS` by the mean per-source AUROC on the validation pool);
+    the probe of ``SET`` is fitted as `halluprobe.training.fit_general` fits it (sources and labels
+    weighted equally, A7's heads chosen on the fit's own sources). Scores: the mixed logit.
+    """
+    from halluprobe.blocks._blocks import A7_SELECTION
+    from halluprobe.training._anchor import ANCHOR_WEIGHTS, anchored_scores, parse_candidate
+    from halluprobe.training._general import _hyper, _Pool, fit_weighted, mean_source_auroc
+
+    parsed = []
+    for name in candidates:
+        cand, at, weight = name.partition("@")
+        fs, anchored = parse_candidate(cand)
+        if not anchored:
+            raise ValueError(f"anchored_fitter: {name!r} is not an anchored candidate (O+SET or O+SET@w)")
+        w = float(weight) if at else None
+        if w is not None and not 0.0 <= w <= 1.0:
+            raise ValueError(f"anchored_fitter: {name!r} has a weight outside [0, 1]")
+        parsed.append((name, fs, w))
+
+    def pool(p: Pool) -> _Pool:
+        return _Pool(p.record_list(), p.labels, p.groups, np.asarray(p.sources))
+
+    def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
+        tr, va = pool(train), pool(validation)
+        heads, k = _hyper([fs for _, fs, _ in parsed], head_order, tr, va, A7_SELECTION)
+        out: dict[str, tuple[Kind, Scorer]] = {}
+        for name, fs, given in parsed:
+            probe = fit_weighted(fs, heads, k, tr, va)
+            w = given
+            if w is None:
+                on_val = anchored_scores(probe, tr.records, va.records, ANCHOR_WEIGHTS)
+                w = max(ANCHOR_WEIGHTS, key=lambda v: mean_source_auroc(on_val[v], va.y, va.source))
+
+            def scorer(p: Pool, probe=probe, w=w) -> np.ndarray:
+                return anchored_scores(probe, tr.records, p.record_list(), (w,))[w]
+
+            out[name] = ("probe", scorer)
+        return out
 
     return fit
 
