@@ -10,65 +10,21 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from flashstats_hf import ATTN_IMPLEMENTATION, format_prompt
+from flashstats_hf import format_prompt
 from halluprobe import Detector, StreamingScorer
 from halluprobe.cli import main
 from halluprobe.detectors import stream_text_chunks
-from halluprobe.features import ProxyExtractor, reduce_forward
+from halluprobe.features import reduce_forward
 from halluprobe.training import fit_blocks, make_blocks
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-WORDS = [f"w{i}" for i in range(90)]
-TEMPLATE = (
-    "{% for m in messages %}{{ m.role }} : {{ m.content }} ; {% endfor %}"
-    "{% if add_generation_prompt %}assistant : {% endif %}"
-)
+from .conftest import Ex, text, tiny_detector  # noqa: TID252
+
 PROB_TOL = 1e-4  # probabilities from statistics equal to 1e-5 (fp32), through a standardised linear probe
-
-
-def _tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", eos_token="</s>", pad_token="[UNK]"
-    )
-    fast.chat_template = TEMPLATE
-    return fast
-
-
-def _text(rng, n: int) -> str:
-    return " ".join(rng.choice(WORDS, n))
 
 
 @pytest.fixture(scope="module")
 def detector() -> Detector:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=3, initializer_range=0.3,
-    )  # fmt: skip
-    cfg._attn_implementation = ATTN_IMPLEMENTATION
-    ext = ProxyExtractor(LlamaForCausalLM(cfg).eval(), _tokenizer())
-    rng = np.random.default_rng(0)
-    encoded = [ext.encode(_Ex(f"e{i}", _text(rng, 12), _text(rng, 3), _text(rng, 5))) for i in range(40)]
-    recs = []
-    for i in range(0, 40, 8):
-        recs += reduce_forward(ext.forward(encoded[i : i + 8]), [f"e{j}" for j in range(i, i + 8)])
-    y = np.arange(40) % 2
-    fit = fit_blocks(
-        make_blocks("A7A64L9", heads=[0, 5], k=2), "A7A64L9", recs[:24], y[:24], recs[24:], y[24:]
-    )
-    det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
-    det._extractor = ext
-    return det
-
-
-class _Ex:
-    def __init__(self, id, context, question, answer):
-        self.id, self.context, self.question, self.answer = id, context, question, answer
+    return tiny_detector("A7A64L9", heads=(0, 5))
 
 
 def _teacher_forced(det: Detector, prompt: list[int], answer: list[int]):
@@ -78,7 +34,7 @@ def _teacher_forced(det: Detector, prompt: list[int], answer: list[int]):
 
 def test_following_chunks_equals_teacher_forced_predict(detector):
     rng = np.random.default_rng(5)
-    context, question, answer = _text(rng, 14), _text(rng, 3), _text(rng, 9)
+    context, question, answer = text(rng, 14), text(rng, 3), text(rng, 9)
     follower = StreamingScorer(detector).follow(context, question)
     updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
     updates.append(follower.finish())
@@ -98,7 +54,7 @@ def test_following_chunks_equals_teacher_forced_predict(detector):
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampling"])
 def test_self_generation_scores_equal_teacher_forced(detector, sample):
     rng = np.random.default_rng(7)
-    context, question = _text(rng, 10), _text(rng, 2)
+    context, question = text(rng, 10), text(rng, 2)
     updates = list(
         StreamingScorer(detector).generate(context, question, max_new_tokens=6, do_sample=sample, seed=3)
     )
@@ -114,7 +70,7 @@ def test_self_generation_scores_equal_teacher_forced(detector, sample):
 def test_generation_stops_at_the_models_end_of_turn_token(detector, monkeypatch):
     """An end token that only the generation config names (SmolLM2's ``<|im_end|>``) ends the answer."""
     rng = np.random.default_rng(7)
-    context, question = _text(rng, 10), _text(rng, 2)
+    context, question = text(rng, 10), text(rng, 2)
     scorer = StreamingScorer(detector)
     ids = [t for u in scorer.generate(context, question, max_new_tokens=6) for t in u.token_ids]
     cut = next(i for i in range(1, len(ids)) if ids[i] not in ids[:i])  # first new token after the start
@@ -145,7 +101,7 @@ def test_cli_stream_json_lines(detector, tmp_path, capsys, monkeypatch):
     ext = detector.extractor()  # the loaded copy binds to the tiny proxy, not the default SmolLM2
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     rng = np.random.default_rng(9)
-    context, answer = _text(rng, 10), _text(rng, 5)
+    context, answer = text(rng, 10), text(rng, 5)
     code = main(
         ["stream", str(tmp_path / "det"), "--context", context, "--answer", answer, "--chunk", "2", "--json"]
     )
@@ -175,7 +131,7 @@ def test_cli_stream_follows_stdin(detector, tmp_path, capsys, monkeypatch):
     ext = detector.extractor()
     monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
     rng = np.random.default_rng(11)
-    context, answer = _text(rng, 8), _text(rng, 4)
+    context, answer = text(rng, 8), text(rng, 4)
     read_fd, write_fd = os.pipe()
     os.write(write_fd, answer.encode())
     os.close(write_fd)
@@ -264,7 +220,7 @@ def test_streaming_a_grounding_detector_ends_at_its_prediction(detector):
 
     ext = detector.extractor()
     rng = np.random.default_rng(11)
-    exs = [_Ex(f"g{i}", _text(rng, 12), _text(rng, 3), _text(rng, 5)) for i in range(32)]
+    exs = [Ex(f"g{i}", text(rng, 12), text(rng, 3), text(rng, 5)) for i in range(32)]
     recs = []
     for i in range(0, 32, 8):
         batch = exs[i : i + 8]
@@ -275,7 +231,7 @@ def test_streaming_a_grounding_detector_ends_at_its_prediction(detector):
     fit = fit_blocks(make_blocks("GL9", heads=[0], k=1), "GL9", recs[:20], y[:20], recs[20:], y[20:])
     det = Detector.from_probe(fit, hidden_layers=ext.hidden_layers)
     det._extractor = ext
-    context, question, answer = _text(rng, 14), _text(rng, 3), _text(rng, 6)
+    context, question, answer = text(rng, 14), text(rng, 3), text(rng, 6)
     follower = StreamingScorer(det).follow(context, question)
     updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
     updates.append(follower.finish())
