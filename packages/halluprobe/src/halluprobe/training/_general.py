@@ -46,7 +46,6 @@ GENERAL_FEATURE_SETS: tuple[str, ...] = (
 """Candidate feature sets of a general detector, in tie-break order: anchored ones (``O+``, see the
 module docstring) and probes with the grounding block G."""
 
-
 SPLITS = ("train", "validation")
 """The splits a general detector reads from each source (the test splits stay untouched)."""
 
@@ -277,11 +276,15 @@ def loso_auroc(
     def fold(i: int) -> dict[str, float]:
         tr_i, va_i, held_records, held_y = _held_out(i, tr, va)
         heads, k = _hyper(probes, order, tr_i, va_i, a7_features)
-        got: dict[str, float] = {}
-        for cand, (fs, anchored) in parsed.items():
-            fit = fit_weighted(
+        fits = {  # one probe per feature set, shared by its plain and anchored candidates
+            fs: fit_weighted(
                 fs, heads, k, tr_i, va_i, seed=seed, a7_features=a7_features, l9_features=l9_features
             )
+            for fs in probes
+        }
+        got: dict[str, float] = {}
+        for cand, (fs, anchored) in parsed.items():
+            fit = fits[fs]
             if not anchored:
                 got[cand] = auroc(fit.decision_function(held_records), held_y)
                 continue
@@ -289,11 +292,11 @@ def loso_auroc(
                 got[f"{cand}@{w:g}"] = auroc(score, held_y)
         return got
 
+    say = note or (lambda msg: None)
+    say(f"leave-one-source-out: {len(names)} held-out sources, {len(parsed)} candidates")
     out: dict[str, dict[str, float]] = {}
-    for name in names:
-        if note is not None:
-            note(f"leave-one-source-out: holding out {name}")
     for name, got in zip(names, fork_map(fold, len(names), jobs), strict=True):
+        say(f"leave-one-source-out: held out {name}")
         for cand, value in got.items():
             out.setdefault(cand, {})[name] = value
     return out
