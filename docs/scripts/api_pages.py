@@ -94,7 +94,7 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
                     "induction_scores",
                 ],
             ),
-            ("Feature blocks", ["GBlock", "A7Block", "A64Block", "H64Block", "L9Block"]),
+            ("Feature blocks", ["GBlock", "CBlock", "A7Block", "A64Block", "H64Block", "L9Block"]),
             (
                 "Published detectors",
                 ["LookbackLens", "SinkProbe", "LLMCheckAttention", "INTRYGUE", "RAUQ", "TOHA", "mtopdiv"],

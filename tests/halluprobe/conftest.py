@@ -125,6 +125,9 @@ def _char_extractor_class():
             self._lengths[ex.id] = len(ids)
             return ids, len(prompt)
 
+        def encode_bare(self, ex):
+            return [1] + [ord(c) for c in f" {ex.question} "]
+
     return CharExtractor
 
 

@@ -10,9 +10,9 @@ from halluprobe.blocks._blocks import (
     A64Block,
     H64Block,
     L9Block,
-    block_from_state,
     parse_feature_set,
 )
+from halluprobe.blocks._state import block_from_state
 from halluprobe.features import HEAD_STATS, POOLS
 
 

@@ -67,7 +67,8 @@ def test_toha_reads_the_blocks_of_the_one_recorded_forward(tiny):
     """MTopDiv from the recorded forward equals the eager output_attentions reference (float tolerance)."""
     rng = np.random.default_rng(1)
     encoded = [(rng.integers(5, 100, 12).tolist(), 8), (rng.integers(5, 100, 7).tolist(), 3)]
-    ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0), layers=(0, 2), toha=True)
+    # contrast=False: the contrast block's own forward (without the context) is not TOHA's
+    ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0), layers=(0, 2), toha=True, contrast=False)
     calls = []
     handles = [
         tiny.model.layers[0].register_forward_pre_hook(lambda m, a: calls.append("layer0")),

@@ -67,6 +67,7 @@ def test_toha_scores_from_one_forward_without_attention_maps(tiny, monkeypatch):
     ]
     ext = ProxyExtractor(tiny, SimpleNamespace(pad_token_id=0), layers=(0, 2), toha=True)
     ext.encode = lambda ex: ex.encoded  # type: ignore[method-assign]  # token ids without a tokenizer
+    ext.encode_bare = lambda ex: [1, 7, 9]  # type: ignore[method-assign]  # the contrast forward's prompt
     handles = _forbid_attention_maps(tiny, monkeypatch)
     try:
         recs = ext(batch)

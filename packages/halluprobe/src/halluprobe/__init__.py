@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from halluprobe.blocks import (
         A7Block,
         A64Block,
+        CBlock,
         GBlock,
         H64Block,
         L9Block,
@@ -72,6 +73,7 @@ _EXPORTS = {
     "H64Block": "blocks",
     "L9Block": "blocks",
     "GBlock": "blocks",
+    "CBlock": "blocks",
     "parse_feature_set": "blocks",
     "Calibrator": "training._calibration",
     "DegenerateFitWarning": "training._calibration",
@@ -119,6 +121,7 @@ _EXPORTS = {
 __all__ = [
     "A64Block",
     "A7Block",
+    "CBlock",
     "Calibrator",
     "DegenerateFitWarning",
     "Detector",

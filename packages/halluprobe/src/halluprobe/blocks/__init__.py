@@ -1,4 +1,4 @@
-"""The feature blocks a probe reads (A7, A64, H64, L9), their standardiser, and how A7 and L9 were selected.
+"""The feature blocks a probe reads (A7, A64, H64, L9, G, C), their standardiser, how A7 and L9 were chosen.
 
 Names are imported on first use: importing this package does not import torch or scikit-learn.
 """
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Standardizer,
         parse_feature_set,
     )
+    from halluprobe.blocks._contrast import CONTRAST_FEATURES, CBlock
     from halluprobe.blocks._induction import induction_scores, rank_heads
     from halluprobe.blocks._selection import Selection, select_a7, select_l9
 
@@ -42,12 +43,15 @@ _EXPORTS = {
         "Standardizer",
         "parse_feature_set",
     ),
+    "_contrast": ("CONTRAST_FEATURES", "CBlock"),
     "_selection": ("Selection", "select_a7", "select_l9"),
     "_induction": ("induction_scores", "rank_heads"),
 }
 
 __all__ = [
     "A64Block",
+    "CBlock",
+    "CONTRAST_FEATURES",
     "GBlock",
     "A7Block",
     "A7_CANDIDATES",

@@ -1,5 +1,7 @@
 """Feature blocks A7, A64, H64 and L9 (paper Section 5.2) and G (grounding), fitted on training records only.
 
+The context contrast block C is in ``halluprobe.blocks._contrast``.
+
 Every block maps a list of [`ExampleRecord`][halluprobe.ExampleRecord] to a ``[n, d]`` float64
 matrix. Blocks are scikit-learn transformers: their constructor arguments are their parameters
 (``get_params`` / ``set_params``, ``sklearn.base.clone``), ``fit(records, y=None)`` returns the block
@@ -53,24 +55,25 @@ L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
 """The nine L9 features used by default, selected once by `halluprobe.blocks.select_l9` and
 frozen (``halluprobe/blocks/selections/l9.json``); never refit on a training split."""
 
-BLOCK_NAMES: tuple[str, ...] = ("G", "A7", "A64", "H64", "L9")
-"""Block names in the canonical order of a feature set (``G``, the text-only grounding block, first)."""
+BLOCK_NAMES: tuple[str, ...] = ("G", "C", "A7", "A64", "H64", "L9")
+"""Block names in the canonical order of a feature set (``G``, the text-only grounding block, first, then
+``C``, the context contrast)."""
 
 PAPER_BLOCKS: tuple[str, ...] = ("A7", "A64", "H64", "L9")
 """The paper's four blocks: what the feature set ``"ALL"`` names."""
 
 
 def parse_feature_set(name: str) -> tuple[str, ...]:
-    """Split a feature-set name such as ``"A7H64"``, ``"GA7L9"`` or ``"ALL"`` into its blocks.
+    """Split a feature-set name such as ``"A7H64"``, ``"GA7L9"``, ``"GCA7H64"`` or ``"ALL"`` into its blocks.
 
-    ``"ALL"`` is the paper's four blocks (`PAPER_BLOCKS`), without ``G``.
+    ``"ALL"`` is the paper's four blocks (`PAPER_BLOCKS`), without ``G`` or ``C``.
 
     Raises:
         ValueError: The name is not a concatenation of distinct block names.
     """
     if name == "ALL":
         return PAPER_BLOCKS
-    parts = re.findall(r"A64|A7|H64|L9|G", name)
+    parts = re.findall(r"A64|A7|H64|L9|G|C", name)
     if not parts or "".join(parts) != name or len(set(parts)) != len(parts):
         raise ValueError(
             f"feature set {name!r} is not a concatenation of distinct blocks {BLOCK_NAMES} or 'ALL'"
@@ -350,29 +353,3 @@ class GBlock(Block):
         if not self.arrays:
             raise ValueError("block G is not fitted")
         return (self._raw(records) - self.arrays["mean"]) / self.arrays["scale"]
-
-
-_BLOCKS = {c.name: c for c in (GBlock, A7Block, A64Block, H64Block, L9Block)}
-
-
-def block_from_state(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> Block:
-    """Rebuild a fitted block from `Block.state` output (no code is run from the file)."""
-    config = dict(config)
-    name = config.pop("name", None)
-    if name not in _BLOCKS:
-        raise ValueError(f"unknown feature block {name!r}; expected one of {sorted(_BLOCKS)}")
-    if name == "L9" and "features" not in config:
-        raise ValueError("this L9 block was refit per training split by an older halluprobe; retrain it")
-    if name in ("A7", "L9", "G"):
-        config["features"] = tuple(config["features"])
-    if name == "G":
-        from halluprobe.features._grounding import feature_names
-
-        if config["features"] != feature_names():
-            raise ValueError(
-                f"this detector's G block reads the grounding features {list(config['features'])}; this "
-                f"install computes {list(feature_names())}: retrain the detector with this version"
-            )
-    block = _BLOCKS[name](**config)
-    block.arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    return block

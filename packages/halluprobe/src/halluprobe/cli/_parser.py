@@ -80,10 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--feature-sets",
         default=None,
-        help="comma-separated feature sets from the blocks G (text grounding), A7, A64, H64, L9 (e.g. A7H64, "
-        f"GA7L9) or ALL (the paper's four; default {','.join(DEFAULT_FEATURE_SETS)}); with --general the "
-        "candidates, where O+SET mixes the zero-fit overlap score with a probe of SET (default "
-        "O+A7H64,O+H64,O+A7,GA7L9,GH64,GA7H64,GA64H64,GA7H64L9,GA64H64L9)",
+        help="comma-separated feature sets from the blocks G (text grounding), C (context contrast: a second "
+        "forward without the context), A7, A64, H64, L9 (e.g. A7H64, GA7L9, GCA7H64) or ALL (the paper's "
+        f"four; default {','.join(DEFAULT_FEATURE_SETS)}); with --general the candidates, where O+SET mixes "
+        "the zero-fit overlap score with a probe of SET (default "
+        "O+CA7H64,O+CH64,O+C,O+A7H64,O+H64,O+A7,GCA7H64,GA7L9,GH64,GA7H64,GA64H64,GA7H64L9,GA64H64L9)",
     )
     p.add_argument("--toha", action="store_true", help="also fit TOHA (materialises response blocks; slower)")
     p.add_argument(

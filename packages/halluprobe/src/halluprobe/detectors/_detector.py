@@ -37,6 +37,7 @@ from halluprobe.detectors._prediction import (
     check_triple,
     text_prediction,
     text_records,
+    with_text_features,
 )
 
 if TYPE_CHECKING:
@@ -333,7 +334,10 @@ class Detector(ClassifierMixin, BaseEstimator):
         out: list[Prediction | None] = [None] * len(items)
         for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
             fs = ext.forward([encoded[i] for i in idx])
-            records = self._grounded(reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx])
+            records = with_text_features(
+                self, ext, reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx],
+                [encoded[i][0][encoded[i][1] :] for i in idx],
+            )  # fmt: skip
             for b, (i, record) in enumerate(zip(idx, records, strict=True)):
                 it = items[i]
                 out[i] = text_prediction(
@@ -343,7 +347,11 @@ class Detector(ClassifierMixin, BaseEstimator):
         return [p for p in out if p is not None]
 
     def score_stats(
-        self, fs: ForwardStats, tokens: list[str], text: tuple[str, str, str] | None = None
+        self,
+        fs: ForwardStats,
+        tokens: list[str],
+        text: tuple[str, str, str] | None = None,
+        answer_ids: list[int] | None = None,
     ) -> Prediction:
         """Score the statistics of one answer (batch of 1) from any recording path.
 
@@ -356,25 +364,20 @@ class Detector(ClassifierMixin, BaseEstimator):
             fs: A [`flashstats_hf.ForwardStats`][] of one example, recorded with this detector's
                 layers, hidden layers, logits and the default request.
             tokens: The answer tokens as text (for display).
-            text: ``(context, question, answer)`` of the statistics: needed by a detector with a
-                grounding block ``G`` (`uses_grounding`), ignored otherwise.
+            text: ``(context, question, answer)``: needed by a detector with block ``G`` or ``C``.
+            answer_ids: The answer token ids recorded, for block ``C`` (default: ``text``'s answer).
 
         Returns:
             A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
 
         Raises:
-            ValueError: the detector reads grounding features and ``text`` is None.
+            ValueError: the detector reads block G or C and ``text`` is None.
         """
         from halluprobe.features._records import reduce_forward
 
-        records = reduce_forward(fs, ["query"])
-        if self.uses_grounding:
-            if text is None:
-                raise ValueError(
-                    f"detector {self._name} reads text grounding features (block G): score_stats needs "
-                    "text=(context, question, answer)"
-                )
-            records = self._grounded(records, [Item("query", *text)])
+        items = None if text is None else [Item("query", *text)]
+        ids = None if answer_ids is None else [list(answer_ids)]
+        records = with_text_features(self, None, reduce_forward(fs, ["query"]), items, ids)
         prob, token_probs = self._scores(fs, 0, records[0])
         threshold = self.probe_.threshold
         return Prediction(prob, int(prob >= threshold), threshold, token_probs, list(tokens))
@@ -384,13 +387,10 @@ class Detector(ClassifierMixin, BaseEstimator):
         """Whether the probe reads the text-only grounding block ``G`` (so scoring needs the text)."""
         return any(b.name == "G" for b in self.probe_.blocks)
 
-    def _grounded(self, records: list[ExampleRecord], items: Sequence[Any]) -> list[ExampleRecord]:
-        """``records`` with their grounding features when the detector reads them (else as they are)."""
-        if not self.uses_grounding:
-            return records
-        from halluprobe.features._grounding import fill_grounding
-
-        return fill_grounding(records, items)
+    @property
+    def uses_contrast(self) -> bool:
+        """Whether the probe reads the context contrast block ``C`` (a second forward without the context)."""
+        return any(b.name == "C" for b in self.probe_.blocks)
 
     def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
         """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""

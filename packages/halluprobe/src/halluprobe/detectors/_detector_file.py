@@ -213,14 +213,14 @@ def block_width(name: str, config: dict, arrays: dict[str, np.ndarray], where: s
         if arrays:
             raise ValueError(f"{where}: block {name} fits nothing, yet tensors {sorted(arrays)} are stored")
         return len(config.get("features", ()))
-    if name == "G":  # standardised grounding features, nothing projected
+    if name in ("G", "C"):  # standardised grounding or contrast features, nothing projected
         width = len(config.get("features", ()))
         for key in ("mean", "scale"):
             if key not in arrays:
-                raise ValueError(f"{where}: block G lacks tensor {key!r}")
-            _expect(f"G.{key}", arrays[key], (width,), where)
+                raise ValueError(f"{where}: block {name} lacks tensor {key!r}")
+            _expect(f"{name}.{key}", arrays[key], (width,), where)
         if (arrays["scale"] <= 0).any():
-            raise ValueError(f"{where}: block G has a zero or negative scale (a division by zero)")
+            raise ValueError(f"{where}: block {name} has a zero or negative scale (a division by zero)")
         return width
     missing = {"mean", "scale", "center", "components"} - set(arrays)
     if missing:
@@ -304,7 +304,8 @@ def token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> T
 
 def probe_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], doc_where: str, where: str) -> ProbeFit:
     """The `ProbeFit` of a checked document (``doc_where``) and its tensors (``where``), arrays checked."""
-    from halluprobe.blocks._blocks import Standardizer, block_from_state
+    from halluprobe.blocks._blocks import Standardizer
+    from halluprobe.blocks._state import block_from_state
     from halluprobe.training._protocol import ProbeFit
 
     blocks, width = [], 0

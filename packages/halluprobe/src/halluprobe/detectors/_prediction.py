@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +116,44 @@ def text_records(ext: ProxyExtractor, items: list[Item], batch_size: int) -> lis
         for i, record in zip(idx, ext([items[i] for i in idx]), strict=True):
             out[i] = record
     return out
+
+
+def with_text_features(
+    detector: Any,
+    ext: ProxyExtractor | None,
+    records: list[ExampleRecord],
+    items: Sequence[Any] | None,
+    answer_ids: Sequence[list[int]] | None = None,
+) -> list[ExampleRecord]:
+    """``records`` with the grounding features (block G) and context contrast (block C) ``detector`` reads.
+
+    Args:
+        detector: A fitted [`Detector`][halluprobe.Detector].
+        ext: The extractor that recorded the records (it runs the contrast forward; None: the
+            detector's).
+        records: The records, in the order of ``items``.
+        items: Objects with ``id``, ``context``, ``question`` and ``answer``; may be None only when
+            the detector reads neither block.
+        answer_ids: The answer token ids the records were recorded on (default: ``ext.encode``).
+
+    Raises:
+        ValueError: the detector reads block G or C and ``items`` is None.
+    """
+    if not (detector.uses_grounding or detector.uses_contrast):
+        return records
+    if items is None:
+        raise ValueError(
+            f"detector {detector._name} reads text grounding or context contrast features (block G or C): "
+            "scoring its statistics needs text=(context, question, answer)"
+        )
+    if detector.uses_grounding:
+        from halluprobe.features._grounding import fill_grounding
+
+        records = fill_grounding(records, items)
+    if detector.uses_contrast:
+        ext = ext if ext is not None else detector.extractor()
+        records = ext.with_contrast(records, list(items), None if answer_ids is None else list(answer_ids))
+    return records
 
 
 def text_prediction(

@@ -107,7 +107,7 @@ class StreamingScorer:
             answer = tok.decode(ids, clean_up_tokenization_spaces=False)
         pred = self.detector.score_stats(
             self._stats(rec), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh],
-            text=(*prompt, answer),
+            text=(*prompt, answer), answer_ids=ids,
         )  # fmt: skip
         return StreamUpdate(
             token_ids=fresh, tokens=pred.tokens, token_scores=pred.token_scores[len(ids) - new :],
@@ -273,7 +273,10 @@ class Follower:
         tokens = [self.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in self.fed]
         answer = self.tokenizer.decode(self.fed, clean_up_tokenization_spaces=False)
         return self.scorer.detector.score_stats(
-            self.scorer._stats(self.rec), tokens, text=(self.context, self.question, answer)
+            self.scorer._stats(self.rec),
+            tokens,
+            text=(self.context, self.question, answer),
+            answer_ids=self.fed,
         )
 
     @property

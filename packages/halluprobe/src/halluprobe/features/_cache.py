@@ -55,7 +55,7 @@ PARTS = "parts"
 """Sub-folder of a cache that holds the parts of a distributed extraction (one per rank)."""
 
 _ARRAYS = tuple(f.name for f in fields(ExampleRecord) if f.name not in ("id", "answer_len", "prompt_len"))
-_OPTIONAL = ("grounding",)
+_OPTIONAL = ("grounding", "contrast")
 """Arrays that shards written before they existed lack (the record keeps its empty default)."""
 
 

@@ -167,6 +167,8 @@ class ProxyExtractor:
             (`halluprobe.features.TokenStore`, for the token probe); eager batches only.
         reads: A `halluprobe.features._reads.DetectorReads`: eager forwards compute only that (NaN elsewhere);
             None (default): everything.
+        contrast: Run the context-contrast forward (a second, plain forward without the context, for
+            block C) in a full extraction (default True); with ``reads``, their ``contrast`` decides.
     """
 
     model: Any
@@ -178,6 +180,7 @@ class ProxyExtractor:
     backend: str = "auto"
     token_store: Any = None
     reads: Any = None
+    contrast: bool = True
     _lengths: dict[str, int] = field(default_factory=dict, repr=False)
     _graphed: Any = field(default=None, repr=False)
     _weights: str | None = field(default=None, repr=False)
@@ -202,7 +205,7 @@ class ProxyExtractor:
 
         The weights enter by content (``flashstats_hf.loading.weights_digest``, hashed once per file and
         remembered), so a proxy whose weights change at the same path never reuses the old records. The
-        grounding block's settings are part of it too.
+        grounding block's and the contrast forward's settings are part of it too.
         """
         import hashlib
 
@@ -211,6 +214,7 @@ class ProxyExtractor:
 
         if self._weights is None:
             self._weights = weights_digest(self.model)
+        from halluprobe.features import _contrast
         from halluprobe.features._grounding import SETTINGS_KEY, grounding_settings
 
         template = getattr(self.tokenizer, "chat_template", None)
@@ -223,6 +227,7 @@ class ProxyExtractor:
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
             SETTINGS_KEY: grounding_settings(),
+            **({_contrast.SETTINGS_KEY: _contrast.contrast_settings()} if self.contrast else {}),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
@@ -298,10 +303,42 @@ class ProxyExtractor:
         return tuple(range(int(self.model.config.get_text_config().num_hidden_layers)))
 
     def __call__(self, batch: list[Any]) -> list[ExampleRecord]:
-        """Records of ``batch``, in order, with their text-only grounding features."""
+        """Records of ``batch``, in order, with their text-only grounding features and context contrast.
+
+        The contrast (a second, plain forward without the context) runs when `wants_contrast`.
+        """
         from halluprobe.features._grounding import fill_grounding
 
-        return fill_grounding(self._records(batch), batch)
+        return self.with_contrast(fill_grounding(self._records(batch), batch), batch)
+
+    @property
+    def wants_contrast(self) -> bool:
+        """Whether records get the context contrast (``contrast`` in a full extraction, else the `reads`')."""
+        return self.contrast if self.reads is None else bool(getattr(self.reads, "contrast", False))
+
+    def with_contrast(
+        self, records: list[ExampleRecord], batch: list[Any], answer_ids: list[list[int]] | None = None
+    ) -> list[ExampleRecord]:
+        """``records`` with their context contrast when `wants_contrast` (else as they are).
+
+        Args:
+            records: The batch's records, in order.
+            batch: Objects with ``id``, ``context``, ``question`` and ``answer``.
+            answer_ids: The answer token ids the recorded forward read (default: `encode` of each).
+        """
+        if not self.wants_contrast:
+            return records
+        from halluprobe.features._contrast import fill_contrast
+
+        if answer_ids is None:
+            answer_ids = [ids[start:] for ids, start in (self.encode(ex) for ex in batch)]
+        return fill_contrast(records, [self.encode_bare(ex) for ex in batch], answer_ids, self.model)
+
+    def encode_bare(self, ex) -> list[int]:
+        """Token ids of the example's prompt without its context (the contrast forward's prompt)."""
+        from halluprobe.features._contrast import bare_prompt
+
+        return bare_prompt(self.tokenizer, ex.question)
 
     def _records(self, batch: list[Any]) -> list[ExampleRecord]:
         encoded = [self.encode(ex) for ex in batch]

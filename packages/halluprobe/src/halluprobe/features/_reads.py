@@ -2,7 +2,8 @@
 
 A detector's blocks name what they read from a record: A7 its heads' statistics (so their layers,
 T1 for row statistics, T2 for lookups), A64 the T3 column sums of every scored layer, H64 one kept
-hidden layer, L9 the logit statistics; a token probe reads every scored layer's head statistics, the
+hidden layer, L9 the logit statistics, C the logit statistics and a second forward without the
+context; a token probe reads every scored layer's head statistics, the
 logit statistics and, with a ``+hidden`` view, the hidden states.
 [`detector_reads`][halluprobe.features._reads.detector_reads] derives it from the saved detector;
 [`record_reads`][halluprobe.features._reads.record_reads] runs the forward with that request alone (no T3
@@ -46,13 +47,15 @@ class DetectorReads:
     """The logit statistics."""
     hidden_layers: tuple[int, ...]
     """Kept hidden states read (a subset of the detector's hidden layers)."""
+    contrast: bool = False
+    """The context contrast (block C): a second, plain forward without the context (needs ``logits``)."""
 
     def describe(self) -> dict[str, Any]:
         """JSON-able summary (the server's detector card)."""
         tiers = ["T1"] * bool(self.layers) + ["T2"] * self.lookups + ["T3"] * self.columns
         return {
             "layers": list(self.layers), "tiers": tiers, "logits": self.logits,
-            "hidden_layers": list(self.hidden_layers),
+            "hidden_layers": list(self.hidden_layers), "contrast": self.contrast,
         }  # fmt: skip
 
 
@@ -61,7 +64,7 @@ def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
     scored = tuple(range(n_layers)) if detector.layers is None else detector.layers
     layers: set[int] = set()
     stats: set[str] = set()
-    columns = logits = False
+    columns = logits = contrast = False
     hidden: set[int] = set()
     for block in detector.probe_.blocks:
         cfg = block.config
@@ -75,6 +78,8 @@ def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
             hidden.add(detector.hidden_layers_[int(cfg["layer"])])
         elif block.name == "L9":
             logits = True
+        elif block.name == "C":  # the with-context log-probabilities come from the logit statistics
+            logits = contrast = True
     probe = detector.token_probe_
     if probe is not None:
         layers.update(scored)
@@ -84,7 +89,7 @@ def detector_reads(detector: Any, n_layers: int, n_heads: int) -> DetectorReads:
             hidden.update(detector.hidden_layers_)
     return DetectorReads(
         layers=tuple(sorted(layers)), lookups=bool(stats & set(_LOOKUP_STATS)), columns=columns,
-        logits=logits, hidden_layers=tuple(sorted(hidden)),
+        logits=logits, hidden_layers=tuple(sorted(hidden)), contrast=contrast,
     )  # fmt: skip
 
 

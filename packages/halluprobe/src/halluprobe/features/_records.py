@@ -69,6 +69,9 @@ class ExampleRecord:
     """``[G]``: text-only grounding features of the example (``halubench_data.grounding``, in
     ``GROUNDING_FEATURES`` order); empty when the record was made without them (see
     `halluprobe.features._grounding.fill_grounding`)."""
+    contrast: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float32))
+    """``[A, 2]``: each answer token's log-probability with the context and without it (the question
+    alone; `halluprobe.features._contrast.fill_contrast`); empty when the record was made without it."""
 
 
 def pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -200,9 +203,10 @@ def token_records(fs, b: int, record: ExampleRecord) -> list[ExampleRecord]:
     """One pseudo-record per answer token of example ``b``, for per-token scores.
 
     Each copy of ``record`` has every *mean*-pooled quantity (head statistics, logit statistics,
-    hidden-state mean) replaced by its value at that token; the other poolings keep the example's
-    values. Every feature block is affine in the mean-pooled quantities, so a linear probe's logits
-    of these pseudo-records average exactly to the example's logit.
+    hidden-state mean) replaced by its value at that token, and the context contrast cut to that
+    token; the other poolings keep the example's values. Every feature block is affine in the
+    mean-pooled quantities (and C in the per-token contrast), so a linear probe's logits of these
+    pseudo-records average exactly to the example's logit.
     """
     length = record.answer_len
     series = head_series(fs, b, length).numpy()  # [NL, H, F, A]
@@ -215,5 +219,15 @@ def token_records(fs, b: int, record: ExampleRecord) -> list[ExampleRecord]:
         lp[:, 0] = record.token_logit[t]
         hp = record.hidden_pooled.copy()
         hp[:, 0] = hidden[:, t]
-        out.append(replace(record, id=f"{record.id}#{t}", head_stats=hs, logit_pooled=lp, hidden_pooled=hp))
+        contrast = record.contrast[t : t + 1] if len(record.contrast) else record.contrast
+        out.append(
+            replace(
+                record,
+                id=f"{record.id}#{t}",
+                head_stats=hs,
+                logit_pooled=lp,
+                hidden_pooled=hp,
+                contrast=contrast,
+            )
+        )
     return out

@@ -41,10 +41,11 @@ from halluprobe.training._anchor import ANCHOR_WEIGHTS, anchor, anchored_scores,
 from halluprobe.training._protocol import CS, ProbeFit, make_blocks, select_heads, select_sink_count
 
 GENERAL_FEATURE_SETS: tuple[str, ...] = (
-    "O+A7H64", "O+H64", "O+A7", "GA7L9", "GH64", "GA7H64", "GA64H64", "GA7H64L9", "GA64H64L9",
+    "O+CA7H64", "O+CH64", "O+C", "O+A7H64", "O+H64", "O+A7", "GCA7H64", "GA7L9", "GH64", "GA7H64", "GA64H64",
+    "GA7H64L9", "GA64H64L9",
 )  # fmt: skip
 """Candidate feature sets of a general detector, in tie-break order: anchored ones (``O+``, see the
-module docstring) and probes with the grounding block G."""
+module docstring), with the context contrast block C first, and probes with the grounding block G."""
 
 SPLITS = ("train", "validation")
 """The splits a general detector reads from each source (the test splits stay untouched)."""

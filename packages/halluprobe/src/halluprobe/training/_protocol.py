@@ -31,6 +31,7 @@ from halluprobe.blocks._blocks import (
     Standardizer,
     parse_feature_set,
 )
+from halluprobe.blocks._contrast import CBlock
 from halluprobe.features._records import MAX_SINKS, ExampleRecord
 
 CS: tuple[float, ...] = C_GRID
@@ -210,6 +211,7 @@ def make_blocks(
     """Fresh (unfitted) blocks of a feature set, with A7's ``heads`` and A64's ``k``."""
     factories = {
         "G": lambda: GBlock(),
+        "C": lambda: CBlock(),
         "A7": lambda: A7Block(heads, a7_features),
         "A64": lambda: A64Block(k),
         "H64": lambda: H64Block(hidden_layer),

@@ -1,0 +1,124 @@
+"""Context contrast: how much the context raises the proxy's belief in each answer token.
+
+For every answer token ``y_t`` a record can carry two log-probabilities: ``log q(y_t | context,
+question, y_<t)`` from the recorded forward (the logit statistic ``answer_logprob``) and ``log q(y_t |
+question, y_<t)`` from a second, plain forward of the same answer tokens after a prompt without the
+context (`bare_prompt`). Their difference is the pointwise information the context gives the token:
+near zero or negative where the answer says what the proxy would say without the context, large where
+the context supports it. The second forward reads only the question and the answer, so it costs a
+fraction of the first. The feature block ``C`` ([`halluprobe.blocks.CBlock`][]) reads the pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from halluprobe.features._records import ExampleRecord
+
+CONTRAST_VERSION = 1
+"""Version of the contrast forward (part of the extraction settings, so of every cache key)."""
+
+SETTINGS_KEY = "contrast"
+"""The key of the extraction settings that names the contrast forward."""
+
+
+def contrast_settings() -> dict[str, Any]:
+    """What the contrast part of a record depends on (besides the proxy and template)."""
+    return {"version": CONTRAST_VERSION, "prompt": "question only"}
+
+
+def bare_prompt(tokenizer: Any, question: str) -> list[int]:
+    """Token ids of the chat prompt without the context: the question alone (a blank turn without one).
+
+    Args:
+        tokenizer: The proxy's tokenizer (with a chat template).
+        question: The example's question; may be empty.
+    """
+    from flashstats_hf import format_prompt
+
+    return format_prompt(tokenizer, "", question) if question else format_prompt(tokenizer, " ", "")
+
+
+@torch.no_grad()
+def bare_logprobs(model: Any, prompts: Sequence[list[int]], answers: Sequence[list[int]]) -> list[np.ndarray]:
+    """``log q(y_t | prompt, y_<t)`` of every answer token, in one left-padded plain forward.
+
+    Args:
+        model: A Transformers causal LM (any attention implementation; nothing is recorded).
+        prompts: ``B`` prompts (token ids, each non-empty).
+        answers: ``B`` answers (token ids, each non-empty), read after their prompt.
+
+    Returns:
+        ``B`` arrays ``[A_b] float32``.
+    """
+    if len(prompts) != len(answers):
+        raise ValueError(f"bare_logprobs needs one answer per prompt, got {len(prompts)} and {len(answers)}")
+    if any(not p for p in prompts) or any(not a for a in answers):
+        raise ValueError("bare_logprobs needs non-empty prompts and answers")
+    if not prompts:
+        return []
+    dev = next(model.parameters()).device
+    seqs = [list(p) + list(a) for p, a in zip(prompts, answers, strict=True)]
+    width = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, width - len(s) :] = torch.tensor(s)
+        mask[b, width - len(s) :] = 1
+    ids, mask = ids.to(dev), mask.to(dev)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    keep = max(map(len, answers)) + 1  # the logits that predict every answer token, and one more
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+    logp = torch.log_softmax(
+        logits[:, :-1].float(), -1
+    )  # [B, keep - 1, V]: row j predicts token width-keep+1+j
+    target = ids[:, width - keep + 1 :]
+    picked = logp.gather(-1, target[..., None])[..., 0].cpu().numpy()
+    return [picked[b, keep - 1 - len(a) :].astype(np.float32) for b, a in enumerate(answers)]
+
+
+def fill_contrast(
+    records: Sequence[ExampleRecord],
+    prompts: Sequence[list[int]],
+    answer_ids: Sequence[list[int]],
+    model: Any,
+) -> list[ExampleRecord]:
+    """The records with ``contrast`` ``[A, 2]``: each answer token's log-probability with and without context.
+
+    The first column is the record's own ``answer_logprob`` (the recorded forward, with the context); the
+    second comes from one plain forward of the answer tokens after their prompt without the context
+    (`bare_prompt`).
+
+    Args:
+        records: Records with their logit statistics, in order.
+        prompts: Each example's prompt without the context (token ids).
+        answer_ids: The answer token ids of each example, as the recorded forward read them.
+        model: The proxy.
+
+    Raises:
+        ValueError: the counts differ, an answer has another length than its record, or the records'
+            log-probabilities were not computed (a forward without logits).
+    """
+    from flashstats_hf import LOGIT_STAT_NAMES
+
+    if not len(records) == len(prompts) == len(answer_ids):
+        raise ValueError(
+            f"fill_contrast needs one prompt and one answer per record, got {len(records)} records, "
+            f"{len(prompts)} prompts and {len(answer_ids)} answers"
+        )
+    col = LOGIT_STAT_NAMES.index("answer_logprob")
+    for r, a in zip(records, answer_ids, strict=True):
+        if r.answer_len != len(a):
+            raise ValueError(f"record {r.id!r} has {r.answer_len} answer tokens, its answer ids {len(a)}")
+        if r.token_logit.shape[0] != r.answer_len or not np.isfinite(r.token_logit[:, col]).all():
+            raise ValueError(f"record {r.id!r} has no answer log-probabilities (a forward without logits)")
+    bare = bare_logprobs(model, prompts, answer_ids)
+    return [
+        replace(r, contrast=np.stack([r.token_logit[:, col].astype(np.float32), b], 1))
+        for r, b in zip(records, bare, strict=True)
+    ]
