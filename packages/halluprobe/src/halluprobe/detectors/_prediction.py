@@ -144,7 +144,7 @@ def with_text_features(
     if items is None:
         raise ValueError(
             f"detector {detector._name} reads text grounding or context contrast features (block G or C): "
-            "scoring its statistics needs text=(context, question, answer)"
+            "score_stats needs text=(context, question, answer)"
         )
     if detector.uses_grounding:
         from halluprobe.features._grounding import fill_grounding
