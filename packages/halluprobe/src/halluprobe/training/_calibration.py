@@ -278,14 +278,17 @@ def plot_reliability(path, curves: Mapping[str, ReliabilityCurve], title: str = 
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
     ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
-    for name, c in curves.items():
-        ax.plot(c.predicted, c.observed, "o-", ms=3, lw=1.2, label=f"{name} (ECE {c.ece:.3f})")
+    for i, (name, c) in enumerate(curves.items()):  # a new line style after every ten colours
+        style = ("-", "--", "-.", ":")[(i // 10) % 4]
+        ax.plot(
+            c.predicted, c.observed, marker="o", ls=style, ms=3, lw=1.2, label=f"{name} (ECE {c.ece:.3f})"
+        )
     ax.set(xlabel="mean predicted p(hallucinated), equal-mass bins", ylabel="observed share hallucinated",
            xlim=(0, 1), ylim=(0, 1), aspect="equal", title=title)  # fmt: skip
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")  # the legend outside the axes too
     plt.close(fig)
 
 
