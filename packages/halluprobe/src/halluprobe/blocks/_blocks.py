@@ -351,5 +351,5 @@ class GBlock(Block):
     def transform(self, records):
         """``[n, G]``: the standardised grounding features."""
         if not self.arrays:
-            raise ValueError("block G is not fitted")
+            raise ValueError(f"block {self.name} is not fitted")
         return (self._raw(records) - self.arrays["mean"]) / self.arrays["scale"]

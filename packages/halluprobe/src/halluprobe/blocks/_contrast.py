@@ -59,9 +59,3 @@ class CBlock(GBlock):
 
     def _raw(self, records):
         return contrast_matrix(records)
-
-    def transform(self, records):
-        """``[n, len(CONTRAST_FEATURES)]``: the standardised contrast features."""
-        if not self.arrays:
-            raise ValueError("block C is not fitted")
-        return (self._raw(records) - self.arrays["mean"]) / self.arrays["scale"]

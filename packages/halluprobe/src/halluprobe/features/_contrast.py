@@ -74,9 +74,8 @@ def bare_logprobs(model: Any, prompts: Sequence[list[int]], answers: Sequence[li
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     keep = max(map(len, answers)) + 1  # the logits that predict every answer token, and one more
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
-    logp = torch.log_softmax(
-        logits[:, :-1].float(), -1
-    )  # [B, keep - 1, V]: row j predicts token width-keep+1+j
+    # [B, keep - 1, V]: row j predicts the token at position width - keep + 1 + j
+    logp = torch.log_softmax(logits[:, :-1].float(), -1)
     target = ids[:, width - keep + 1 :]
     picked = logp.gather(-1, target[..., None])[..., 0].cpu().numpy()
     return [picked[b, keep - 1 - len(a) :].astype(np.float32) for b, a in enumerate(answers)]

@@ -309,7 +309,9 @@ class ProxyExtractor:
         """
         from halluprobe.features._grounding import fill_grounding
 
-        return self.with_contrast(fill_grounding(self._records(batch), batch), batch)
+        encoded = [self.encode(ex) for ex in batch]
+        records = fill_grounding(self._records(batch, encoded), batch)
+        return self.with_contrast(records, batch, [ids[start:] for ids, start in encoded])
 
     @property
     def wants_contrast(self) -> bool:
@@ -340,8 +342,7 @@ class ProxyExtractor:
 
         return bare_prompt(self.tokenizer, ex.question)
 
-    def _records(self, batch: list[Any]) -> list[ExampleRecord]:
-        encoded = [self.encode(ex) for ex in batch]
+    def _records(self, batch: list[Any], encoded: list[tuple[list[int], int]]) -> list[ExampleRecord]:
         if self._graphed is not None:
             if self.token_store is not None:
                 raise ValueError("token_store needs eager batches (graph_buckets=None)")
