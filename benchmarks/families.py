@@ -18,6 +18,10 @@ faster one: captured SDPA forwards of the longer inputs ran 1.5-2x slower than e
 Extra peak memory is ``max_memory_allocated`` of ours minus that of the reference forward (eager runs;
 a graph's pool holds the same tensors), reported against the reference's own peak above the weights.
 
+With ``FAMILIES_BREAKDOWN=1`` each point also times the graphed recorder without the T3 column pass
+(``ours_graph_no_columns``) and with no statistic at all (``ours_graph_no_stats``: the recorder's own
+plumbing), to show where the extra time goes.
+
 Points run in priority order (the issue's targets first) until ``--budget`` seconds are spent; the CSV
 (``families.csv``, long format) and ``families.md`` are written as points finish.
 """
@@ -172,6 +176,22 @@ def one_point(csv: LongCsv, name: str, model, length: int, regime: str, graphs: 
         call = lambda: rec(ids, response_start=length - rows)  # noqa: E731
         add("ours_graph", timed(call, reps)[0])
         del rec, call
+        if os.environ.get("FAMILIES_BREAKDOWN"):  # the same forward without T3, then without any statistic
+            from dataclasses import replace
+
+            from flashstats_hf import DEFAULT_REQUEST
+            from flashstats_kernels import StatsRequest
+
+            for mode, req in (
+                ("ours_graph_no_columns", replace(DEFAULT_REQUEST, columns=False)),
+                ("ours_graph_no_stats", StatsRequest(rows=False, lookups=False, columns=False)),
+            ):
+                try:
+                    part = GraphedRecorder(model, max_graphs=1, request=req)
+                    add(mode, timed(lambda p=part: p(ids, response_start=length - rows), reps)[0])
+                    del part
+                except Exception as err:  # noqa: BLE001 - reported, the point's other rows stand
+                    print(f"{name} L={length}: {mode} failed: {str(err)[:300]}", flush=True)
     torch.cuda.empty_cache()
     print(f"{name} L={length} R={rows}: {time.perf_counter() - t0:.1f}s", flush=True)
 

@@ -10,7 +10,8 @@ Runs, each under its share of ``--budget`` seconds and in this order:
    fp32 (``s - lse < -87.3``, below the smallest normal ``2^-126``): the tiles an exact skip could drop.
 3. ``tests``: the GPU tests of the dense-heads recorder and TOHA.
 4. ``decode``: `streaming.py --benches decode` (the three shapes of the streaming table, 8K and 32K).
-5. ``d64``: `families.py` at its Llama-3.2-1B, 16K, r = 0.3 point (graphed, all statistics).
+5. ``d64``: `families.py` at its Llama-3.2-1B, 16K, r = 0.3 point (graphed, all statistics, then the
+   same forward without T3 and without any statistic).
 
 Everything goes under ``--out``: each part's CSV and Markdown, ``summary.md`` (what ran, how long, exit
 statuses). ``--smoke`` runs tiny shapes on the CPU interpreter (``TRITON_INTERPRET=1``) to check the
@@ -248,7 +249,7 @@ def main() -> int:
                 [*cmd, "--help"] if args.smoke else cmd, share, log, {"FLASHSTATS_CONFIG_INDEX": "0"}
             )
         else:  # d64
-            env = {"FAMILIES_FROM": str(_families_index()), "FAMILIES_COUNT": "1"}
+            env = {"FAMILIES_FROM": str(_families_index()), "FAMILIES_COUNT": "1", "FAMILIES_BREAKDOWN": "1"}
             cmd = [py, str(HERE / "families.py"), "--out", str(args.out), "--budget", str(share * 0.8)]
             rc, sec = _run([*cmd, "--help"] if args.smoke else cmd, share, log, env)
         summary.append(f"| {part} | {rc} | {sec:.1f} |")
