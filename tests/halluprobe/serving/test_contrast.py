@@ -10,7 +10,9 @@ import torch
 from flashstats_hf import LOGIT_STAT_NAMES
 from halluprobe import Detector, FeatureCache, extract_records, parse_feature_set
 from halluprobe.blocks._contrast import CONTRAST_FEATURES, contrast_matrix
-from halluprobe.features._contrast import bare_logprobs, bare_prompt
+from halluprobe.detectors._streaming import NO_WORDS
+from halluprobe.features import _contrast
+from halluprobe.features._contrast import BareFollower, bare_logprobs, bare_prompt
 from halluprobe.features._extract import ProxyExtractor
 from halluprobe.features._reads import detector_reads
 from halluprobe.features._records import reduce_forward, token_records
@@ -56,6 +58,18 @@ def test_bare_logprobs_of_a_padded_batch_equal_one_unpadded_forward_each():
         bare_logprobs(model, prompts, answers[:2])
 
 
+def test_a_bare_follower_fed_in_chunks_equals_the_forward_over_the_whole_answer():
+    model = tiny_model(2)
+    rng = np.random.default_rng(1)
+    prompt, answer = rng.integers(6, 100, 6).tolist(), rng.integers(6, 100, 9).tolist()
+    follower = BareFollower(model, prompt)
+    got = [follower.feed(answer[i:j]) for i, j in ((0, 1), (1, 4), (4, 4), (4, 9))]
+    assert [len(g) for g in got] == [1, 3, 0, 5] and follower.logprobs.dtype == np.float32
+    np.testing.assert_allclose(follower.logprobs, bare_logprobs(model, [prompt], [answer])[0], atol=1e-5)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        BareFollower(model, [])
+
+
 def test_records_carry_each_answer_tokens_log_probability_with_and_without_the_context():
     ext = ProxyExtractor(tiny_model(2), tokenizer())
     items = _items(1, 4)
@@ -72,6 +86,12 @@ def test_records_carry_each_answer_tokens_log_probability_with_and_without_the_c
     assert "contrast" in ext.settings
     off = ProxyExtractor(ext.model, ext.tokenizer, contrast=False)
     assert "contrast" not in off.settings and off(items[:1])[0].contrast.shape == (0, 2)
+    # log-probabilities without the context read already (streaming) are used as given, and checked
+    bare = off(items[:1])
+    given = [np.arange(bare[0].answer_len, dtype=np.float32)]
+    np.testing.assert_array_equal(ext.with_contrast(bare, items[:1], bare=given)[0].contrast[:, 1], given[0])
+    with pytest.raises(ValueError, match=r"one \[A\] array"):
+        ext.with_contrast(bare, items[:1], bare=[given[0][:-1]])
 
 
 def test_the_cache_keeps_the_contrast(tmp_path):
@@ -145,7 +165,22 @@ def test_a_detector_with_block_c_reads_the_contrast_and_scores_as_a_full_extract
     np.testing.assert_array_equal(loaded.score_records(recs), det.score_records(recs))
 
 
-def test_a_detector_of_g_and_c_alone_streams_and_batches_as_it_predicts():
+def test_records_of_a_restricted_forward_are_cached_apart_from_a_full_extraction(tmp_path):
+    """A detector's forward leaves NaN where it reads nothing: a later full extraction never reuses it."""
+    det = _c_detector("GA7")  # reads two heads and no contrast
+    ext = det.extractor()
+    restricted = dict(ext.settings)
+    assert restricted["reads"]["layers"] == ext.reads.layers and "contrast" not in restricted
+    items = _items(6, 2)
+    part = extract_records(items, ext, FeatureCache(tmp_path / "c", ext.settings), batch_size=2)
+    assert np.isnan(part[0].head_stats).any() and part[0].contrast.shape == (0, 2)
+    ext.reads = None
+    assert "reads" not in ext.settings and "contrast" in ext.settings
+    full = extract_records(items, ext, FeatureCache(tmp_path / "c", ext.settings), batch_size=2)
+    assert not np.isnan(full[0].head_stats).any() and full[0].contrast.shape[0] > 0
+
+
+def test_a_detector_of_g_and_c_alone_streams_and_batches_as_it_predicts(monkeypatch):
     """Like the packaged detector: no attention statistic read, the logits and the forward without context."""
     from halluprobe import StreamingScorer
     from halluprobe.detectors import stream_text_chunks
@@ -154,10 +189,26 @@ def test_a_detector_of_g_and_c_alone_streams_and_batches_as_it_predicts():
     assert det.extractor().reads.layers == () and det.extractor().reads.contrast
     rng = np.random.default_rng(5)
     context, question, answer = text(rng, 14), text(rng, 3), text(rng, 7)
-    follower = StreamingScorer(det).follow(context, question)
-    updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
-    updates.append(follower.finish())
+    with monkeypatch.context() as m:  # streaming keeps the forward without the context as a KV cache
+        m.setattr(_contrast, "bare_logprobs", lambda *a: pytest.fail("the contrast forward reran"))
+        follower = StreamingScorer(det).follow(context, question)
+        updates = [u for chunk in stream_text_chunks(answer, 2) if (u := follower.add(chunk)) is not None]
+        updates.append(follower.finish())
+        generated = list(StreamingScorer(det).generate(context, question, max_new_tokens=4))
     final = det.predict_text(context, question, answer)
+    ids = [t for u in generated for t in u.token_ids]
+    said = det.extractor().tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+    first = det.extractor().tokenizer.decode(generated[0].token_ids, clean_up_tokenization_spaces=False)
+    assert len(ids) == 4 and not first.strip()  # the first update read a blank answer
+    # the generated answer scored from one teacher-forced forward of the same ids (the contrast reruns)
+    ext = det.extractor()
+    prompt = ext.encode(Ex("g", context, question, answer))
+    prompt_ids = prompt[0][: prompt[1]]
+    taught = det.score_stats(
+        ext.forward([(prompt_ids + ids, len(prompt_ids))]), ["t"] * len(ids),
+        text=(context, question, said if said.strip() else NO_WORDS), answer_ids=ids,
+    )  # fmt: skip
+    assert generated[-1].probability == pytest.approx(taught.probability, abs=1e-4)
     assert updates[-1].probability == pytest.approx(final.probability, abs=1e-4)
     np.testing.assert_allclose(follower.prediction().token_scores, final.token_scores, atol=1e-4)
     batch = det.predict_batch([(context, question, answer), (text(rng, 9), "", text(rng, 4))])

@@ -352,6 +352,7 @@ class Detector(ClassifierMixin, BaseEstimator):
         tokens: list[str],
         text: tuple[str, str, str] | None = None,
         answer_ids: list[int] | None = None,
+        bare: np.ndarray | None = None,
     ) -> Prediction:
         """Score the statistics of one answer (batch of 1) from any recording path.
 
@@ -366,6 +367,9 @@ class Detector(ClassifierMixin, BaseEstimator):
             tokens: The answer tokens as text (for display).
             text: ``(context, question, answer)``: needed by a detector with block ``G`` or ``C``.
             answer_ids: The answer token ids recorded, for block ``C`` (default: ``text``'s answer).
+            bare: ``[A]``: those tokens' log-probabilities without the context, for block ``C``, when
+                they were read already (the streaming scorer keeps them); None: one plain forward
+                computes them.
 
         Returns:
             A [`Prediction`][halluprobe.Prediction] (higher = more likely hallucinated).
@@ -377,7 +381,9 @@ class Detector(ClassifierMixin, BaseEstimator):
 
         items = None if text is None else [Item("query", *text)]
         ids = None if answer_ids is None else [list(answer_ids)]
-        records = with_text_features(self, None, reduce_forward(fs, ["query"]), items, ids)
+        records = with_text_features(
+            self, None, reduce_forward(fs, ["query"]), items, ids, None if bare is None else [bare]
+        )
         prob, token_probs = self._scores(fs, 0, records[0])
         threshold = self.probe_.threshold
         return Prediction(prob, int(prob >= threshold), threshold, token_probs, list(tokens))

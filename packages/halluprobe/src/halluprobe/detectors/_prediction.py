@@ -124,6 +124,7 @@ def with_text_features(
     records: list[ExampleRecord],
     items: Sequence[Any] | None,
     answer_ids: Sequence[list[int]] | None = None,
+    bare: Sequence[np.ndarray] | None = None,
 ) -> list[ExampleRecord]:
     """``records`` with the grounding features (block G) and context contrast (block C) ``detector`` reads.
 
@@ -135,6 +136,8 @@ def with_text_features(
         items: Objects with ``id``, ``context``, ``question`` and ``answer``; may be None only when
             the detector reads neither block.
         answer_ids: The answer token ids the records were recorded on (default: ``ext.encode``).
+        bare: Each answer's log-probabilities without the context when read already (streaming);
+            None: the contrast forward runs.
 
     Raises:
         ValueError: the detector reads block G or C and ``items`` is None.
@@ -152,7 +155,8 @@ def with_text_features(
         records = fill_grounding(records, items)
     if detector.uses_contrast:
         ext = ext if ext is not None else detector.extractor()
-        records = ext.with_contrast(records, list(items), None if answer_ids is None else list(answer_ids))
+        ids = None if answer_ids is None else list(answer_ids)
+        records = ext.with_contrast(records, list(items), ids, None if bare is None else list(bare))
     return records
 
 

@@ -49,6 +49,11 @@ class StreamUpdate:
     """True on the last update of an answer."""
 
 
+NO_WORDS = "."
+"""What the text features (block G) read while the answer so far is only whitespace: a text without words
+(the grounding features refuse blank text, and any text without words has the same features)."""
+
+
 class StreamingScorer:
     """Streams the scores of a saved detector over answers that arrive token by token.
 
@@ -90,6 +95,15 @@ class StreamingScorer:
         heads, width = int(cfg.num_attention_heads), int(cfg.hidden_size)
         return complete(fs, scored, tuple(ext.hidden_layers or ()), heads, width)
 
+    def _bare(self, question: str):
+        """The forward without the context, kept as a KV cache (None when the detector has no block C)."""
+        if not self.detector.uses_contrast:
+            return None
+        from halluprobe.features._contrast import BareFollower, bare_prompt
+
+        ext = self.detector.extractor(self.device)
+        return BareFollower(ext.model, bare_prompt(ext.tokenizer, question))
+
     def _update(
         self,
         rec,
@@ -99,15 +113,22 @@ class StreamingScorer:
         *,
         prompt: tuple[str, str],
         answer: str | None = None,
+        bare=None,
     ) -> StreamUpdate:
-        """The update after ``new`` tokens; ``answer``: the text so far (default: ``ids`` decoded)."""
+        """The update after ``new`` tokens.
+
+        ``answer``: the text so far (default: ``ids`` decoded); ``bare``: the `BareFollower` that has read
+        the same tokens (block C).
+        """
         tok = self.detector.extractor(self.device).tokenizer
         fresh = ids[len(ids) - new :]
         if answer is None:
             answer = tok.decode(ids, clean_up_tokenization_spaces=False)
+        if not answer.strip():  # whitespace tokens so far: the text features of an answer without words
+            answer = NO_WORDS
         pred = self.detector.score_stats(
             self._stats(rec), [tok.decode([t], clean_up_tokenization_spaces=False) for t in fresh],
-            text=(*prompt, answer), answer_ids=ids,
+            text=(*prompt, answer), answer_ids=ids, bare=None if bare is None else bare.logprobs,
         )  # fmt: skip
         return StreamUpdate(
             token_ids=fresh, tokens=pred.tokens, token_scores=pred.token_scores[len(ids) - new :],
@@ -152,7 +173,7 @@ class StreamingScorer:
         tok, dev = ext.tokenizer, next(ext.model.parameters()).device
         prompt = format_prompt(tok, context, question)
         ext.check_length(len(prompt) + 1, "the context")  # room for one answer token at least
-        rec = self._recorder(len(prompt))
+        rec, bare = self._recorder(len(prompt)), self._bare(question)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         stop = _stop_ids(ext.model, tok)
         ids: list[int] = []
@@ -166,13 +187,17 @@ class StreamingScorer:
                 nxt = int(scores.argmax())
             if nxt in stop:  # the answer ended before max_new_tokens: a closing update
                 if ids:
-                    yield self._update(rec, ids, 0, done=True, prompt=(context, question))
+                    yield self._update(rec, ids, 0, done=True, prompt=(context, question), bare=bare)
                 return
             ext.check_length(len(prompt) + len(ids) + 1, "the context and generated answer")
             with rec:
                 logits = rec.feed(torch.tensor([[nxt]], device=dev))
             ids.append(nxt)
-            yield self._update(rec, ids, 1, done=step == max_new_tokens - 1, prompt=(context, question))
+            if bare is not None:
+                bare.feed([nxt])
+            yield self._update(
+                rec, ids, 1, done=step == max_new_tokens - 1, prompt=(context, question), bare=bare
+            )
 
 
 def _stop_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
@@ -211,6 +236,7 @@ class Follower:
         self.check_length = ext.check_length
         self.check_length(len(self.prompt) + 1, "the context")  # room for one answer token at least
         self.rec = scorer._recorder(len(self.prompt))
+        self.bare = scorer._bare(question)  # block C: the forward without the context, cached too
         self.text = ""
         self.fed: list[int] = []
         with self.rec:
@@ -239,12 +265,14 @@ class Follower:
         if new:
             with self.rec:
                 self.rec.feed(torch.tensor([new], device=self.device))
+            if self.bare is not None:
+                self.bare.feed(new)
             self.fed += new
         if not self.fed:
             return None
         return self.scorer._update(
             self.rec, self.fed, len(new), done=done, prompt=(self.context, self.question),
-            answer=self.text if done else None,
+            answer=self.text if done else None, bare=self.bare,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -277,6 +305,7 @@ class Follower:
             tokens,
             text=(self.context, self.question, answer),
             answer_ids=self.fed,
+            bare=None if self.bare is None else self.bare.logprobs,
         )
 
     @property

@@ -81,11 +81,63 @@ def bare_logprobs(model: Any, prompts: Sequence[list[int]], answers: Sequence[li
     return [picked[b, keep - 1 - len(a) :].astype(np.float32) for b, a in enumerate(answers)]
 
 
+class BareFollower:
+    """The forward without the context, kept as a KV cache while an answer arrives token by token.
+
+    What `bare_logprobs` gives for the whole answer, read incrementally: each `feed` runs the new tokens
+    only, so following an answer of ``A`` tokens costs one pass over it, not one per update.
+
+    Args:
+        model: The proxy (a Transformers causal LM; nothing is recorded).
+        prompt: The prompt without the context (`bare_prompt`; token ids, non-empty).
+    """
+
+    def __init__(self, model: Any, prompt: list[int]) -> None:
+        from transformers import DynamicCache
+
+        if not prompt:
+            raise ValueError("BareFollower needs a non-empty prompt")
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache()
+        self._last = self._run(list(prompt), keep=1)  # [1, V]: the logits that predict the first answer token
+        self._logprobs: list[np.ndarray] = []
+
+    @torch.no_grad()
+    def _run(self, ids: list[int], keep: int = 0) -> torch.Tensor:
+        out = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        return out.logits[0].float()
+
+    def feed(self, ids: Sequence[int]) -> np.ndarray:
+        """Reads the next answer tokens; returns their ``[n] float32`` log-probabilities without context."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return np.zeros(0, np.float32)
+        logits = self._run(ids)  # [n, V]: row j predicts the token after ids[j]
+        rows = torch.cat([self._last, logits[:-1]])  # the rows that predict ids
+        self._last = logits[-1:]
+        target = torch.tensor(ids, device=rows.device)[:, None]
+        picked = torch.log_softmax(rows, -1).gather(-1, target)[:, 0].cpu().numpy().astype(np.float32)
+        self._logprobs.append(picked)
+        return picked
+
+    @property
+    def logprobs(self) -> np.ndarray:
+        """``[A] float32``: the log-probabilities of every answer token read so far."""
+        return np.concatenate(self._logprobs) if self._logprobs else np.zeros(0, np.float32)
+
+
 def fill_contrast(
     records: Sequence[ExampleRecord],
     prompts: Sequence[list[int]],
     answer_ids: Sequence[list[int]],
     model: Any,
+    bare: Sequence[np.ndarray] | None = None,
 ) -> list[ExampleRecord]:
     """The records with ``contrast`` ``[A, 2]``: each answer token's log-probability with and without context.
 
@@ -98,6 +150,8 @@ def fill_contrast(
         prompts: Each example's prompt without the context (token ids).
         answer_ids: The answer token ids of each example, as the recorded forward read them.
         model: The proxy.
+        bare: Each answer's ``[A_b]`` log-probabilities without the context when they were read
+            already (a `BareFollower`'s); None: one plain forward computes them.
 
     Raises:
         ValueError: the counts differ, an answer has another length than its record, or the records'
@@ -116,7 +170,13 @@ def fill_contrast(
             raise ValueError(f"record {r.id!r} has {r.answer_len} answer tokens, its answer ids {len(a)}")
         if r.token_logit.shape[0] != r.answer_len or not np.isfinite(r.token_logit[:, col]).all():
             raise ValueError(f"record {r.id!r} has no answer log-probabilities (a forward without logits)")
-    bare = bare_logprobs(model, prompts, answer_ids)
+    if bare is None:
+        bare = bare_logprobs(model, prompts, answer_ids)
+    elif len(bare) != len(records) or any(len(b) != r.answer_len for b, r in zip(bare, records, strict=True)):
+        raise ValueError(
+            f"fill_contrast needs one [A] array of log-probabilities without the context per record, got "
+            f"lengths {[len(b) for b in bare]} for answers of {[r.answer_len for r in records]} tokens"
+        )
     return [
         replace(r, contrast=np.stack([r.token_logit[:, col].astype(np.float32), b], 1))
         for r, b in zip(records, bare, strict=True)

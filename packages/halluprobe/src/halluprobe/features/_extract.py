@@ -8,9 +8,10 @@ function that runs [`flashstats_hf.record_forward`][] on a proxy model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from halluprobe.features._cache import FeatureCache
@@ -205,7 +206,8 @@ class ProxyExtractor:
 
         The weights enter by content (``flashstats_hf.loading.weights_digest``, hashed once per file and
         remembered), so a proxy whose weights change at the same path never reuses the old records. The
-        grounding block's and the contrast forward's settings are part of it too.
+        grounding block's and the contrast forward's settings are part of it too, and so are a
+        detector's `reads` when the forward computes only them (their records hold NaN elsewhere).
         """
         import hashlib
 
@@ -227,7 +229,9 @@ class ProxyExtractor:
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
             SETTINGS_KEY: grounding_settings(),
-            **({_contrast.SETTINGS_KEY: _contrast.contrast_settings()} if self.contrast else {}),
+            **({_contrast.SETTINGS_KEY: _contrast.contrast_settings()} if self.wants_contrast else {}),
+            # a detector's restricted forward leaves NaN where it reads nothing: never the full key
+            **({"reads": asdict(self.reads)} if self.reads is not None else {}),
         }
 
     def encode(self, ex) -> tuple[list[int], int]:
@@ -319,7 +323,11 @@ class ProxyExtractor:
         return self.contrast if self.reads is None else bool(getattr(self.reads, "contrast", False))
 
     def with_contrast(
-        self, records: list[ExampleRecord], batch: list[Any], answer_ids: list[list[int]] | None = None
+        self,
+        records: list[ExampleRecord],
+        batch: list[Any],
+        answer_ids: list[list[int]] | None = None,
+        bare: list[np.ndarray] | None = None,
     ) -> list[ExampleRecord]:
         """``records`` with their context contrast when `wants_contrast` (else as they are).
 
@@ -327,6 +335,8 @@ class ProxyExtractor:
             records: The batch's records, in order.
             batch: Objects with ``id``, ``context``, ``question`` and ``answer``.
             answer_ids: The answer token ids the recorded forward read (default: `encode` of each).
+            bare: Their log-probabilities without the context, when read already (a streaming
+                `halluprobe.features._contrast.BareFollower`'s); None: the contrast forward runs.
         """
         if not self.wants_contrast:
             return records
@@ -334,7 +344,7 @@ class ProxyExtractor:
 
         if answer_ids is None:
             answer_ids = [ids[start:] for ids, start in (self.encode(ex) for ex in batch)]
-        return fill_contrast(records, [self.encode_bare(ex) for ex in batch], answer_ids, self.model)
+        return fill_contrast(records, [self.encode_bare(ex) for ex in batch], answer_ids, self.model, bare)
 
     def encode_bare(self, ex) -> list[int]:
         """Token ids of the example's prompt without its context (the contrast forward's prompt)."""
