@@ -39,6 +39,25 @@ def test_ece_uses_equal_mass_bins_and_known_values():
         expected_calibration_error(np.array([1.5]), np.array([1]))
 
 
+@pytest.mark.parametrize("n", [2, 11], ids=["one-axes", "panels"])
+def test_reliability_diagram_draws_every_curve(tmp_path, monkeypatch, n):
+    import matplotlib.pyplot as plt
+    from halluprobe.training import _calibration
+
+    rng = np.random.default_rng(0)
+    curves = {f"m{i}": reliability_curve(rng.random(200), rng.integers(0, 2, 200)) for i in range(n)}
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep the figure to look at it
+    _calibration.plot_reliability(tmp_path / "r.png", curves, "t")
+    (fig,) = drawn
+    used = [ax for ax in fig.axes if ax.axison]
+    lines = [ln for ax in used for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert len(lines) == n and (tmp_path / "r.png").stat().st_size > 0
+    assert len(used) == (1 if n < _calibration.PANELS_FROM else n)
+    with pytest.raises(ValueError, match="at least one curve"):
+        _calibration.plot_reliability(tmp_path / "e.png", {})
+
+
 def test_platt_recovers_the_logistic_link_and_isotonic_is_monotone():
     rng = np.random.default_rng(1)
     z = rng.normal(size=8000)

@@ -176,6 +176,12 @@ def test_cli_transfer_floors_only_without_a_proxy(tmp_path, capsys):
         "grounding floor",
     }
     assert (out / "transfer.md").read_text().startswith("# Transfer") and (out / "reliability.png").exists()
+    curves = json.loads((out / "reliability.json").read_text())  # the diagram's data, to redraw it
+    assert set(curves) == {"overlap floor", "grounding floor"}
+    ece = {s["method"]: s["pooled_ece"] for s in doc["summary"]}
+    for method, c in curves.items():
+        assert sum(c["counts"]) == 40 and len(c["predicted"]) == len(c["observed"]) == len(c["counts"])
+        assert c["ece"] == pytest.approx(ece[method])
     assert main(["transfer", files[0], files[1], "--out", str(out), "--overwrite"]) == 2  # one source
     assert "at least two sources" in capsys.readouterr().err
 

@@ -8,7 +8,7 @@ from halubench_data import clikit
 
 TRANSFER = {
     "out": "the output folder",
-    "files": "the files written: transfer.md, transfer.csv, reliability.png",
+    "files": "the files written: transfer.md, transfer.csv, reliability.png, reliability.json",
     "sources": "the held-out sources, in order",
     "summary": "per method: {method, kind, sources, mean_auroc, mean_delta_floor, beats_floor, mean_f1, "
     "mean_best_f1, f1_transfers, pooled_ece}",
@@ -72,8 +72,10 @@ def add_transfer_parser(sub) -> None:
     p.add_argument(
         "--n-bootstrap", type=int, default=1000, help="resamples per AUROC interval (default 1000)"
     )
-    clikit.add_out_arg(p, "transfer.md, transfer.csv, reliability.png (the feature cache in OUT/cache)",
-                       default="runs/transfer")  # fmt: skip
+    clikit.add_out_arg(
+        p, "transfer.md, transfer.csv, reliability.png and .json (the feature cache in OUT/cache)",
+        default="runs/transfer",
+    )  # fmt: skip
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
     clikit.add_json_arg(p, TRANSFER)

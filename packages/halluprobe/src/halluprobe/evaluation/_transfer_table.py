@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -184,7 +185,11 @@ class TransferTable:
         return buf.getvalue()
 
     def write(self, out: str | Path) -> list[Path]:
-        """Write ``transfer.md``, ``transfer.csv`` and ``reliability.png`` under ``out``; return the paths."""
+        """Write ``transfer.md``, ``transfer.csv``, ``reliability.png`` and ``.json`` under ``out``.
+
+        ``reliability.json`` holds the curves drawn (method -> ``predicted``, ``observed``, ``counts``,
+        ``ece``), so the diagram can be redrawn without the run. Returns the paths written.
+        """
         out = Path(out)
         paths = [
             atomic_write_text(out / "transfer.md", "# Transfer\n\n" + self.to_markdown() +
@@ -195,5 +200,12 @@ class TransferTable:
             plot_reliability(
                 out / "reliability.png", self.reliability, "Reliability (held-out sources, pooled)"
             )
+            curves = {
+                m: {"predicted": c.predicted.tolist(), "observed": c.observed.tolist(),
+                    "counts": c.counts.tolist(), "ece": c.ece}
+                for m, c in self.reliability.items()
+            }  # fmt: skip
+            text = json.dumps(curves, indent=1) + "\n"
             paths.append(out / "reliability.png")
+            paths.append(atomic_write_text(out / "reliability.json", text, overwrite=True))
         return paths

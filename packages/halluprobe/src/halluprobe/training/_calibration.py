@@ -268,24 +268,50 @@ def transfer_threshold(
     return float(cands[best[-1]])
 
 
+PANELS_FROM = 9
+"""`plot_reliability` draws one panel per curve from this many curves on (one axes gets unreadable)."""
+
+
 def plot_reliability(path, curves: Mapping[str, ReliabilityCurve], title: str = "Reliability") -> None:
-    """Write a reliability diagram (one line per curve, ECE in the legend) to the PNG ``path``."""
+    """Write a reliability diagram to the PNG ``path``: ECE beside each curve's name.
+
+    Up to ``PANELS_FROM - 1`` curves share one axes (one line each, ECE in the legend); more get one
+    small panel each, five to a row, the diagonal drawn in every panel.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from halubench_data.files import atomic_path
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
-    for i, (name, c) in enumerate(curves.items()):  # a new line style after every ten colours
-        style = ("-", "--", "-.", ":")[(i // 10) % 4]
-        ax.plot(
-            c.predicted, c.observed, marker="o", ls=style, ms=3, lw=1.2, label=f"{name} (ECE {c.ece:.3f})"
-        )
-    ax.set(xlabel="mean predicted p(hallucinated), equal-mass bins", ylabel="observed share hallucinated",
-           xlim=(0, 1), ylim=(0, 1), aspect="equal", title=title)  # fmt: skip
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    if not curves:
+        raise ValueError("plot_reliability needs at least one curve")
+    xlabel, ylabel = "mean predicted p(hallucinated), equal-mass bins", "observed share hallucinated"
+    if len(curves) < PANELS_FROM:
+        fig, ax = plt.subplots(figsize=(7.5, 5))
+        ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
+        for name, c in curves.items():
+            ax.plot(c.predicted, c.observed, marker="o", ms=3, lw=1.2, label=f"{name} (ECE {c.ece:.3f})")
+        ax.set(xlabel=xlabel, ylabel=ylabel, xlim=(0, 1), ylim=(0, 1), aspect="equal", title=title)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    else:
+        cols = 5
+        rows = -(-len(curves) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.5 * rows), sharex=True, sharey=True)
+        flat = list(np.ravel(axes))
+        for ax, (name, c) in zip(flat, curves.items(), strict=False):
+            ax.plot([0, 1], [0, 1], ":", color="grey", lw=0.8)
+            ax.plot(c.predicted, c.observed, marker="o", ms=2.5, lw=1.1)
+            ax.set(xlim=(0, 1), ylim=(0, 1), aspect="equal")
+            ax.set_title(f"{name}\nECE {c.ece:.3f}", fontsize=8)
+            ax.tick_params(labelsize=7)
+        for ax in flat[len(curves) :]:
+            ax.axis("off")
+        for ax in flat[max(0, len(curves) - cols) : len(curves)]:  # the lowest panel of each column
+            ax.xaxis.set_tick_params(labelbottom=True)
+        fig.supxlabel(xlabel, fontsize=9)
+        fig.supylabel(ylabel, fontsize=9)
+        fig.suptitle(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")  # the legend outside the axes too
