@@ -154,6 +154,53 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
     assert "p(hallucinated)" in out and "spans: " in out
 
 
+def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
+    ext, detector, tmp_path, monkeypatch, capsys
+):
+    from halluprobe import expected_f1_threshold
+
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    triples = TRIPLES * 4  # 20 answers: the fewest the batch threshold takes
+    base = detector.predict_batch(triples)
+    probs = np.array([p.probability for p in base])
+    want = {0.5: 0.5, "expected-f1": expected_f1_threshold(probs), None: detector.probe_.threshold}
+    for given, t in want.items():
+        got = detector.predict_batch(triples, threshold=given)
+        np.testing.assert_array_equal([p.probability for p in got], probs)  # probabilities never change
+        assert all(p.threshold == t and p.label == int(p.probability >= t) for p in got)
+        assert all(p.label or not p.spans for p in got)  # spans still agree with the verdict
+    flag_all = detector.predict_batch(triples[:3], threshold=0.0)
+    assert [p.label for p in flag_all] == [1, 1, 1] and any(p.spans for p in flag_all)
+    with pytest.raises(ValueError, match="at least 20 answers of one source, got 19"):
+        detector.predict_batch(triples[:19], threshold="expected-f1")
+    for bad in (1.5, -0.1, "median", True):
+        with pytest.raises(ValueError, match="threshold must be None"):
+            detector.predict_batch(triples[:2], threshold=bad)
+    # the CLI: --threshold T or expected-f1 (with --input, enough answers)
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    src.write_text(
+        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
+    )
+    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
+    assert main([*argv, "--threshold", "expected-f1"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(d["threshold"] == pytest.approx(want["expected-f1"]) for d in docs)
+    assert [d["label"] for d in docs] == [
+        p.label for p in detector.predict_batch(triples, threshold="expected-f1")
+    ]
+    short = tmp_path / "short.jsonl"
+    short.write_text(src.read_text().split("\n", 1)[0] + "\n")
+    cases = [
+        (["--input", str(short), "--threshold", "expected-f1"], "needs at least 20 answers"),
+        (["--context", "c", "--answer", "a", "--threshold", "expected-f1"], "applies to --input only"),
+        (["--input", str(src), "--threshold", "2"], "a probability in [0, 1] or expected-f1, got '2'"),
+    ]
+    for extra, match in cases:
+        assert main(["predict", str(tmp_path / "d"), *extra, "--device", "cpu"]) == 2
+        assert match in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("content", "match"),
     [

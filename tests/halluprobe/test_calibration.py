@@ -12,6 +12,7 @@ from halluprobe.training._calibration import (
     check_collapse,
     check_labels,
     expected_calibration_error,
+    expected_f1_threshold,
     reliability_curve,
     source_weights,
     transfer_threshold,
@@ -76,6 +77,26 @@ def test_source_weights_give_every_source_the_same_total():
     w = source_weights(["a", "a", "a", "b"])
     np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])
     assert w.mean() == pytest.approx(1.0)
+
+
+def test_expected_f1_threshold_follows_the_batch_base_rate_without_labels():
+    # known values: flag the top k of [0.9, 0.8, 0.1, 0.1]; E[F1] = 2 * sum_top_k / (k + 1.9) peaks at k = 2
+    assert expected_f1_threshold(np.array([0.1, 0.9, 0.1, 0.8])) == 0.8
+    rng = np.random.default_rng(3)
+    chosen = {}
+    for rate in (0.15, 0.5, 0.85):  # calibrated scores of sources with different base rates
+        logit = rng.normal(np.log(rate / (1 - rate)), 1.5, 4000)
+        p = 1 / (1 + np.exp(-logit))
+        y = (rng.random(p.size) < p).astype(int)
+        t = chosen[rate] = expected_f1_threshold(p)
+        best = max(f1_at(p, y, c) for c in np.quantile(p, np.linspace(0, 1, 401)))
+        assert f1_at(p, y, t) >= best - 0.02  # close to the oracle threshold, chosen with no label
+        assert t == pytest.approx(best / 2, abs=0.03)  # calibrated scores: the F1-optimal threshold is F1*/2
+    assert chosen[0.15] < chosen[0.5] < chosen[0.85]  # it follows the base rate, which no fixed one can
+    assert expected_f1_threshold(np.zeros(3)) > 0  # nothing likely: nothing flagged
+    for bad in (np.array([]), np.array([0.2, 1.5]), np.ones((2, 2)) / 2):
+        with pytest.raises(ValueError, match="expected_f1_threshold"):
+            expected_f1_threshold(bad)
 
 
 def test_transfer_threshold_maximises_mean_f1_over_sources():

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -81,6 +82,21 @@ def test_table_deltas_markdown_and_csv():
     parsed = list(csv.DictReader(io.StringIO(table.to_csv())))
     assert len(parsed) == len(table.rows) and {"auroc_lo", "auroc_hi", "delta_floor"} <= set(parsed[0])
     assert {s.method for s in table.summary()} == {"overlap floor", "grounding floor"}
+    assert "batch F1 within 0.05" in md and {"batch_f1", "batch_threshold"} <= set(parsed[0])
+    for r in table.rows:  # the batch threshold is a probability of the source, its F1 at most the best
+        assert 0 <= r.batch_threshold <= 1 and r.batch_f1 <= r.best_f1 + 1e-12
+
+
+def test_the_batch_threshold_reads_no_label_of_the_held_out_source():
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    flipped = Dataset(tuple(replace(e, label=1 - e.label) for e in srcs[2]), name="c")
+    rows = {}
+    for case, c in (("as given", srcs[2]), ("labels flipped", flipped)):
+        table = leave_one_source_out([srcs[0], srcs[1], c], n_bootstrap=20)
+        rows[case] = {r.method: r for r in table.rows if r.source == "c"}
+    for method, r in rows["as given"].items():
+        assert r.batch_threshold == rows["labels flipped"][method].batch_threshold
+        assert r.batch_f1 != rows["labels flipped"][method].batch_f1  # the F1 itself does read them
 
 
 def test_refuses_one_source_and_duplicate_ids():

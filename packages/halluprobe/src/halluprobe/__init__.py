@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from halluprobe.features._grounding import fill_grounding
     from halluprobe.localisation._verdict_spans import PredictedSpan
     from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
-    from halluprobe.training._calibration import Calibrator, DegenerateFitWarning
+    from halluprobe.training._calibration import Calibrator, DegenerateFitWarning, expected_f1_threshold
     from halluprobe.training._general import GeneralFit, fit_general, train_general
     from halluprobe.training._train import train
 
@@ -77,6 +77,7 @@ _EXPORTS = {
     "parse_feature_set": "blocks",
     "Calibrator": "training._calibration",
     "DegenerateFitWarning": "training._calibration",
+    "expected_f1_threshold": "training._calibration",
     "GeneralFit": "training._general",
     "fit_general": "training._general",
     "train_general": "training._general",
@@ -147,6 +148,7 @@ __all__ = [
     "StreamingScorer",
     "TOHA",
     "World",
+    "expected_f1_threshold",
     "extract_records",
     "fill_grounding",
     "fit_blocks",

@@ -278,6 +278,7 @@ def cmd_evaluate(args) -> int:
     from halluprobe.detectors._detector import Detector
     from halluprobe.features._cache import FeatureCache
     from halluprobe.features._extract import extract_records
+    from halluprobe.features._grounding import cached_records
 
     device = _start(args)
     part = ds.split(args.split)
@@ -285,16 +286,17 @@ def cmd_evaluate(args) -> int:
     det = Detector.load(args.detector)
     clikit.status(f"dataset {ds.name}: {len(part.examples)} {args.split} examples")  # inputs all good
     ext = det.extractor(device)
-    cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": det.proxy or "default"})
-    recs = extract_records(
-        part.examples,
-        ext,
-        cache,
-        batch_size=args.batch_size,
-        token_budget=args.token_budget,
-        length=ext.length,
+    proxy = det.proxy or "default"
+    cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": proxy})
+    # records of a full extraction (a train run's, in the same folder) serve the detector's reads too
+    full = FeatureCache(Path(args.out) / "cache", {**ext.full_settings, "proxy": proxy})
+    found = cached_records(part.examples, [full])
+    missing = [ex for ex in part.examples if ex.id not in found]
+    found.update(zip([ex.id for ex in missing], extract_records(
+        missing, ext, cache, batch_size=args.batch_size, token_budget=args.token_budget, length=ext.length,
         progress=clikit.show_progress(),
-    )
+    ), strict=True))  # fmt: skip
+    recs = [found[ex.id] for ex in part.examples]
     scores = det.score_records(recs)
     res = evaluate(scores, np.asarray(part.labels), list(part.groups), det.probe_.threshold)
     from halubench_data.floors import best_floor, floor_results

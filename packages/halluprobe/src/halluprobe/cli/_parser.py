@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     clikit.add_device_arg(p)
     clikit.add_autotune_arg(p)
+    p.add_argument(
+        "--threshold", default=None, metavar="T",
+        help="what the labels and spans follow: a probability in [0, 1], or 'expected-f1' with --input (the "
+        "threshold that maximises the file's expected F1 under its own probabilities, no labels needed: "
+        "give it answers of one source, at least 20) (default: the detector's threshold)",
+    )  # fmt: skip
     p.add_argument("--tokens", action="store_true", help="also print the per-token scores")
     p.add_argument(
         "--spans", action="store_true", help="also print the answer's predicted hallucinated spans"

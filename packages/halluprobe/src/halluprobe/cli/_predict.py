@@ -48,6 +48,24 @@ def _check_predict_args(args) -> None:
         if not is_unicode(getattr(args, flag) or ""):  # bytes that are not UTF-8 arrive as surrogates
             raise clikit.UsageError(f"--{flag} is not valid Unicode (bytes that are not UTF-8?)")
     clikit.check_device_name(args.device)
+    args.threshold = _threshold_arg(args.threshold, args.input is not None)
+
+
+def _threshold_arg(value: str | None, batch: bool) -> float | str | None:
+    """``--threshold`` as `Detector.predict_batch` takes it (None, a float or ``"expected-f1"``)."""
+    if value is None:
+        return None
+    if value == "expected-f1":
+        if not batch:
+            raise clikit.UsageError("--threshold expected-f1 applies to --input only (it reads the file)")
+        return value
+    try:
+        t = float(value)
+    except ValueError:
+        t = float("nan")
+    if not 0 <= t <= 1:
+        raise clikit.UsageError(f"--threshold must be a probability in [0, 1] or expected-f1, got {value!r}")
+    return t
 
 
 def _over_length(det, device: str, rows: InputRows, where: str | None) -> dict[int, str]:
@@ -77,6 +95,13 @@ def cmd_predict(args) -> int:
     _check_predict_args(args)
     if args.input is not None:
         rows = read_rows(clikit.check_in_file(args.input, "--input"))
+        from halluprobe.detectors._prediction import MIN_BATCH_FOR_THRESHOLD
+
+        if args.threshold == "expected-f1" and len(rows.ids) < MIN_BATCH_FOR_THRESHOLD:
+            raise clikit.UsageError(
+                f"--threshold expected-f1 estimates the threshold from the file itself: it needs at least "
+                f"{MIN_BATCH_FOR_THRESHOLD} answers of one source, --input {args.input} has {len(rows.ids)}"
+            )
     else:
         rows = InputRows([None], [(args.context, args.question or "", args.answer)], [0])  # type: ignore[list-item]
     if args.detector is not None:
@@ -92,7 +117,9 @@ def cmd_predict(args) -> int:
     if args.input is None and bad:
         raise ValueError(bad[0])
     good = [i for i in range(len(rows.triples)) if i not in bad]
-    scored = det.predict_batch([rows.triples[i] for i in good], device=device, batch_size=args.batch_size)
+    scored = det.predict_batch(
+        [rows.triples[i] for i in good], device=device, batch_size=args.batch_size, threshold=args.threshold
+    )
     preds = dict(zip(good, scored, strict=True))
     for i, item_id in enumerate(rows.ids):
         if i in bad:

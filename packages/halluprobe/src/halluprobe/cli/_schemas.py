@@ -43,7 +43,7 @@ PREDICT = {
     "id": "the input line's 'id' (or its line number) with --input; null for --context/--answer",
     "probability": "p(hallucinated), in [0, 1]",
     "label": "1 = hallucinated (probability >= threshold), 0 = supported",
-    "threshold": "the detector's threshold, chosen on validation F1",
+    "threshold": "the threshold the label follows: the detector's (chosen on validation F1) or --threshold's",
     "spans": "[{start, end, text, confidence}]: predicted hallucinated character spans of the answer (start "
     "and end index its characters, text = answer[start:end]), empty when label is 0: from the detector's "
     "token probe when it has one, else the tokens whose score reaches the threshold, else (a hallucinated "

@@ -11,9 +11,9 @@ TRANSFER = {
     "files": "the files written: transfer.md, transfer.csv, reliability.png, reliability.json",
     "sources": "the held-out sources, in order",
     "summary": "per method: {method, kind, sources, mean_auroc, mean_delta_floor, beats_floor, mean_f1, "
-    "mean_best_f1, f1_transfers, pooled_ece}",
+    "mean_best_f1, f1_transfers, pooled_ece, mean_batch_f1, batch_f1_transfers}",
     "rows": "per held-out source and method: {source, method, kind, auroc, auroc_ci, f1, best_f1, threshold, "
-    "ece, flagged, n, n_positive, delta_floor}",
+    "ece, flagged, n, n_positive, delta_floor, batch_f1, batch_threshold}",
 }
 DEFAULT_TRANSFER_SETS = "A7,A64,H64,L9,A64H64"
 """Feature sets that ``halluprobe transfer`` fits when ``--feature-sets`` is not given."""

@@ -34,10 +34,9 @@ from halluprobe.detectors._prediction import (
     Item,
     Prediction,
     as_items,
-    check_triple,
-    text_prediction,
+    predict_triples,
+    stats_prediction,
     text_records,
-    with_text_features,
 )
 
 if TYPE_CHECKING:
@@ -314,7 +313,12 @@ class Detector(ClassifierMixin, BaseEstimator):
         return self.predict_batch([(context, question, answer)], device=device)[0]
 
     def predict_batch(
-        self, triples: Sequence[tuple[str, str, str]], *, device: str | None = None, batch_size: int = 8
+        self,
+        triples: Sequence[tuple[str, str, str]],
+        *,
+        device: str | None = None,
+        batch_size: int = 8,
+        threshold: float | str | None = None,
     ) -> list[Prediction]:
         """Score many ``(context, question, answer)`` triples with one loaded proxy, in batched forwards.
 
@@ -322,29 +326,21 @@ class Detector(ClassifierMixin, BaseEstimator):
         back in input order and match [`predict_text`][halluprobe.Detector.predict_text] on each triple
         up to padding round-off.
 
-        Raises:
-            ValueError: when a triple is not three strings or an answer is empty, or ``batch_size < 1``.
-        """
-        from halluprobe.features._extract import plan_batches
-        from halluprobe.features._records import reduce_forward
+        Args:
+            triples: ``(context, question, answer)`` strings.
+            device: Torch device of the proxy (None: the detector's default).
+            batch_size: Most answers per forward.
+            threshold: What labels and spans follow (probabilities do not change): None, the
+                detector's threshold; a number in [0, 1]; or ``"expected-f1"``, the threshold that
+                maximises the batch's expected F1 under its own probabilities, no label needed
+                ([`expected_f1_threshold`][halluprobe.expected_f1_threshold]; give it at least 20
+                answers of one source: it follows their base rate).
 
-        items = [Item(f"item{i}", *check_triple(i, t)) for i, t in enumerate(triples)]
-        ext = self.extractor(device)
-        encoded = [ext.encode(it) for it in items]
-        out: list[Prediction | None] = [None] * len(items)
-        for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
-            fs = ext.forward([encoded[i] for i in idx])
-            records = with_text_features(
-                self, ext, reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx],
-                [encoded[i][0][encoded[i][1] :] for i in idx],
-            )  # fmt: skip
-            for b, (i, record) in enumerate(zip(idx, records, strict=True)):
-                it = items[i]
-                out[i] = text_prediction(
-                    self.probe_.threshold, self.token_probe_, ext, fs, b, self._scores(fs, b, record),
-                    encoded[i], (it.context, it.question, it.answer),
-                )  # fmt: skip
-        return [p for p in out if p is not None]
+        Raises:
+            ValueError: a triple that is not three strings or has an empty answer, ``batch_size < 1``,
+                or another ``threshold`` (``"expected-f1"`` with fewer than 20 answers).
+        """
+        return predict_triples(self, triples, device=device, batch_size=batch_size, threshold=threshold)
 
     def score_stats(
         self,
@@ -377,16 +373,7 @@ class Detector(ClassifierMixin, BaseEstimator):
         Raises:
             ValueError: the detector reads block G or C and ``text`` is None.
         """
-        from halluprobe.features._records import reduce_forward
-
-        items = None if text is None else [Item("query", *text)]
-        ids = None if answer_ids is None else [list(answer_ids)]
-        records = with_text_features(
-            self, None, reduce_forward(fs, ["query"]), items, ids, None if bare is None else [bare]
-        )
-        prob, token_probs = self._scores(fs, 0, records[0])
-        threshold = self.probe_.threshold
-        return Prediction(prob, int(prob >= threshold), threshold, token_probs, list(tokens))
+        return stats_prediction(self, fs, tokens, text, answer_ids, bare)
 
     @property
     def uses_grounding(self) -> bool:

@@ -18,6 +18,7 @@ from halluprobe.localisation._verdict_spans import PredictedSpan
 
 if TYPE_CHECKING:
     from flashstats_hf import ForwardStats
+    from halubench_data import Span
 
     from halluprobe.features._extract import ProxyExtractor
     from halluprobe.localisation._localisation import TokenProbe
@@ -32,7 +33,8 @@ class Prediction:
     label: int
     """1 (hallucinated) when ``probability >= threshold``, else 0."""
     threshold: float
-    """The detector's validation-F1 threshold."""
+    """The threshold the label follows: the detector's transferred threshold, unless
+    [`Detector.predict_batch`][halluprobe.Detector.predict_batch] was given another."""
     token_scores: np.ndarray
     """``[A] float64``: per-answer-token probabilities; their logits average to the answer's logit."""
     tokens: list[str]
@@ -160,8 +162,72 @@ def with_text_features(
     return records
 
 
-def text_prediction(
-    probe_threshold: float,
+MIN_BATCH_FOR_THRESHOLD = 20
+"""Fewest answers ``predict_batch(threshold="expected-f1")`` accepts: the threshold is estimated from the
+batch's probabilities, and a few answers say little about a source's base rate."""
+
+
+def check_threshold(threshold: Any, n: int) -> None:
+    """Refuse a ``threshold`` that `Detector.predict_batch` cannot use for ``n`` answers.
+
+    Raises:
+        ValueError: naming what is expected unless ``threshold`` is None, a number in [0, 1], or
+            ``"expected-f1"`` with at least `MIN_BATCH_FOR_THRESHOLD` answers.
+    """
+    if threshold is None:
+        return
+    if threshold == "expected-f1":
+        if n < MIN_BATCH_FOR_THRESHOLD:
+            raise ValueError(
+                f"threshold='expected-f1' estimates the threshold from the batch itself: it needs at least "
+                f"{MIN_BATCH_FOR_THRESHOLD} answers of one source, got {n}"
+            )
+        return
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+        raise ValueError(
+            f"threshold must be None (the detector's), a number in [0, 1] or 'expected-f1', got {threshold!r}"
+        )
+
+
+@dataclass
+class PendingPrediction:
+    """A scored answer whose label and spans wait for the threshold (`at` completes it)."""
+
+    probability: float
+    """The answer's probability of being hallucinated."""
+    token_scores: np.ndarray
+    """``[A]`` per-token probabilities."""
+    tokens: list[str]
+    """The ``A`` answer tokens as text."""
+    offsets: np.ndarray
+    """``[A, 2]`` character ranges of the tokens in the answer."""
+    probe_spans: Sequence[Span] | None
+    """The token probe's spans (they follow its own threshold), or None (spans from ``token_scores``)."""
+    span_probs: np.ndarray
+    """``[A]`` per-token probabilities the span confidences come from."""
+    text: tuple[str, str, str]
+    """``(context, question, answer)``."""
+
+    def at(self, threshold: float) -> Prediction:
+        """The `Prediction` with its label and spans at ``threshold``."""
+        from halluprobe.localisation._localisation import decode_spans
+        from halluprobe.localisation._verdict_spans import verdict_spans
+
+        label = int(self.probability >= threshold)
+        spans = self.probe_spans
+        if spans is None:
+            spans = decode_spans(self.offsets, self.token_scores, threshold, len(self.text[2]))
+        return Prediction(
+            probability=self.probability,
+            label=label,
+            threshold=threshold,
+            token_scores=self.token_scores,
+            tokens=self.tokens,
+            spans=verdict_spans(label, spans, self.offsets, self.span_probs, self.text, self.probability),
+        )
+
+
+def pending_prediction(
     token_probe: TokenProbe | None,
     ext: ProxyExtractor,
     fs: ForwardStats,
@@ -169,11 +235,10 @@ def text_prediction(
     scores: tuple[float, np.ndarray],
     encoded: tuple[list[int], int],
     text: tuple[str, str, str],
-) -> Prediction:
-    """The `Prediction` of example ``b`` of a forward, with its character spans.
+) -> PendingPrediction:
+    """Example ``b`` of a forward, scored, before its threshold is applied.
 
     Args:
-        probe_threshold: The detector's threshold.
         token_probe: The detector's token probe, or None (spans from the token scores).
         ext: The extractor that ran the forward (its tokenizer gives the offsets).
         fs: The forward's statistics.
@@ -184,26 +249,79 @@ def text_prediction(
     """
     from halluprobe.features._token_data import token_features, token_offsets
     from halluprobe.localisation._localisation import decode_spans
-    from halluprobe.localisation._verdict_spans import token_probe_probs, verdict_spans
+    from halluprobe.localisation._verdict_spans import token_probe_probs
 
     answer = text[2]
     ids, start = encoded
     prob, token_probs = scores
-    label = int(prob >= probe_threshold)
     offsets = token_offsets(ext.tokenizer, answer, ids[start:])
+    probe_spans, span_probs = None, token_probs
     if token_probe is not None:
         answer_len = int(fs.answer_len[b])
         logits = token_probe.decision_function(token_features(fs, b, answer_len, token_probe.view))
-        spans = decode_spans(offsets, logits, token_probe.threshold, len(answer), token_probe.gap)
+        probe_spans = decode_spans(offsets, logits, token_probe.threshold, len(answer), token_probe.gap)
         span_probs = token_probe_probs(logits)
+    tokens = [ext.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids[start:]]
+    return PendingPrediction(prob, token_probs, tokens, offsets, probe_spans, span_probs, text)
+
+
+def predict_triples(
+    detector: Any,
+    triples: Sequence[tuple[str, str, str]],
+    *,
+    device: str | None,
+    batch_size: int,
+    threshold: float | str | None,
+) -> list[Prediction]:
+    """[`Detector.predict_batch`][halluprobe.Detector.predict_batch] (its arguments, checked here)."""
+    from halluprobe.features._extract import plan_batches
+    from halluprobe.features._records import reduce_forward
+
+    items = [Item(f"item{i}", *check_triple(i, t)) for i, t in enumerate(triples)]
+    check_threshold(threshold, len(items))
+    ext = detector.extractor(device)
+    encoded = [ext.encode(it) for it in items]
+    out: list[PendingPrediction | None] = [None] * len(items)
+    for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
+        fs = ext.forward([encoded[i] for i in idx])
+        records = with_text_features(
+            detector, ext, reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx],
+            [encoded[i][0][encoded[i][1] :] for i in idx],
+        )  # fmt: skip
+        for b, (i, record) in enumerate(zip(idx, records, strict=True)):
+            it = items[i]
+            out[i] = pending_prediction(
+                detector.token_probe_, ext, fs, b, detector._scores(fs, b, record), encoded[i],
+                (it.context, it.question, it.answer),
+            )  # fmt: skip
+    pending = [p for p in out if p is not None]
+    if threshold is None:
+        t = detector.probe_.threshold
+    elif threshold == "expected-f1":
+        from halluprobe.training._calibration import expected_f1_threshold
+
+        t = expected_f1_threshold(np.array([p.probability for p in pending]))
     else:
-        spans = decode_spans(offsets, token_probs, probe_threshold, len(answer))
-        span_probs = token_probs
-    return Prediction(
-        probability=prob,
-        label=label,
-        threshold=probe_threshold,
-        token_scores=token_probs,
-        tokens=[ext.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids[start:]],
-        spans=verdict_spans(label, spans, offsets, span_probs, text, prob),
+        t = float(threshold)
+    return [p.at(t) for p in pending]
+
+
+def stats_prediction(
+    detector: Any,
+    fs: ForwardStats,
+    tokens: list[str],
+    text: tuple[str, str, str] | None,
+    answer_ids: list[int] | None,
+    bare: np.ndarray | None,
+) -> Prediction:
+    """[`Detector.score_stats`][halluprobe.Detector.score_stats] (its arguments)."""
+    from halluprobe.features._records import reduce_forward
+
+    items = None if text is None else [Item("query", *text)]
+    ids = None if answer_ids is None else [list(answer_ids)]
+    records = with_text_features(
+        detector, None, reduce_forward(fs, ["query"]), items, ids, None if bare is None else [bare]
     )
+    prob, token_probs = detector._scores(fs, 0, records[0])
+    threshold = detector.probe_.threshold
+    return Prediction(prob, int(prob >= threshold), threshold, token_probs, list(tokens))

@@ -61,6 +61,11 @@ class TransferRow:
     """Hallucinated held-out examples."""
     delta_floor: float = float("nan")
     """AUROC minus the best floor's AUROC on this source (NaN without floors)."""
+    batch_f1: float = float("nan")
+    """F1 at the held-out source's own expected-F1 threshold (`expected_f1_threshold` of its calibrated
+    probabilities: no label of the source is read)."""
+    batch_threshold: float = float("nan")
+    """That threshold."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ class TransferSummary:
     """Sources where F1 >= best-threshold F1 - `F1_MARGIN`."""
     pooled_ece: float
     """ECE of the probabilities pooled over every held-out source (10 equal-mass bins)."""
+    mean_batch_f1: float = float("nan")
+    """Mean F1 at each source's expected-F1 threshold (`TransferRow.batch_f1`)."""
+    batch_f1_transfers: int = 0
+    """Sources where that F1 >= best-threshold F1 - `F1_MARGIN`."""
 
 
 def with_floor_deltas(rows: Sequence[TransferRow]) -> list[TransferRow]:
@@ -138,6 +147,7 @@ class TransferTable:
                 sum(r.delta_floor >= FLOOR_MARGIN for r in rs), _mean([r.f1 for r in rs]),
                 _mean([r.best_f1 for r in rs]), sum(r.f1 >= r.best_f1 - F1_MARGIN for r in rs),
                 self.reliability[m].ece if m in self.reliability else float("nan"),
+                _mean([r.batch_f1 for r in rs]), sum(r.batch_f1 >= r.best_f1 - F1_MARGIN for r in rs),
             ))  # fmt: skip
         return out
 
@@ -145,10 +155,12 @@ class TransferTable:
         """Summary per method, then the AUROC (Δ floor) matrix of methods × held-out sources."""
         n = len(self.sources)
         head = ("method", "kind", "mean AUROC", "mean Δ floor", f"≥ floor+{FLOOR_MARGIN}", "mean F1",
-                "mean best F1", f"F1 within {F1_MARGIN}", "pooled ECE")  # fmt: skip
+                "mean best F1", f"F1 within {F1_MARGIN}", "mean batch F1", f"batch F1 within {F1_MARGIN}",
+                "pooled ECE")  # fmt: skip
         body = [
             (s.method, s.kind, s.mean_auroc, f"{s.mean_delta_floor:+.3f}", f"{s.beats_floor}/{n}", s.mean_f1,
-             s.mean_best_f1, f"{s.f1_transfers}/{n}", s.pooled_ece)
+             s.mean_best_f1, f"{s.f1_transfers}/{n}", s.mean_batch_f1, f"{s.batch_f1_transfers}/{n}",
+             s.pooled_ece)
             for s in self.summary()
         ]  # fmt: skip
         idx = {(r.method, r.source): r for r in self.rows}
@@ -163,6 +175,8 @@ class TransferTable:
             f"({self.calibration}) and threshold ({self.threshold_rule}) from the others' validation",
             "splits.",
             "Δ floor: AUROC minus the best grounding floor's on the same source. ECE: 10 equal-mass bins.",
+            "Batch F1: F1 at the threshold that maximises the expected F1 of the held-out source's own",
+            "calibrated probabilities (no label of it read).",
             "",
             markdown_table(head, body),
             "",

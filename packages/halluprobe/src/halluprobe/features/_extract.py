@@ -234,6 +234,15 @@ class ProxyExtractor:
             **({"reads": asdict(self.reads)} if self.reads is not None else {}),
         }
 
+    @property
+    def full_settings(self) -> dict[str, Any]:
+        """The `settings` of this extractor's full extraction (no `reads`): its records serve any reads."""
+        reads, self.reads = self.reads, None
+        try:
+            return self.settings
+        finally:
+            self.reads = reads
+
     def encode(self, ex) -> tuple[list[int], int]:
         """Token ids of the formatted example and the index of its first answer token.
 
