@@ -196,7 +196,10 @@ def test_cli_transfer_floors_only_without_a_proxy(tmp_path, capsys):
     assert set(curves) == {"overlap floor", "grounding floor"}
     ece = {s["method"]: s["pooled_ece"] for s in doc["summary"]}
     for method, c in curves.items():
-        assert sum(c["counts"]) == 40 and len(c["predicted"]) == len(c["observed"]) == len(c["counts"])
+        scored = sum(r["n"] for r in doc["rows"] if r["method"] == method)  # every held-out answer, pooled
+        assert sum(c["counts"]) == scored == 160 and len(c["predicted"]) == len(c["observed"]) == len(
+            c["counts"]
+        )
         assert c["ece"] == pytest.approx(ece[method])
     assert main(["transfer", files[0], files[1], "--out", str(out), "--overwrite"]) == 2  # one source
     assert "at least two sources" in capsys.readouterr().err
