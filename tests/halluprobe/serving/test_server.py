@@ -54,6 +54,35 @@ def test_endpoints_score_like_the_library(detector, serve):
     assert one[0]["probability"] == pytest.approx(many[0]["probability"], abs=TOL)
 
 
+def test_score_labels_a_request_at_the_threshold_it_asks_for(detector, serve):
+    from halluprobe import expected_f1_threshold
+
+    items = _items(7, 21) + [{"context": "w1 w2", "answer": " "}]  # 21 scored, one refused
+    triples = [(it["context"], it["question"], it["answer"]) for it in items[:21]]
+    with serve(detector) as (url, _, _):
+        plain = httpx.post(f"{url}/v1/score", json=items).json()["results"]
+        batch = httpx.post(f"{url}/v1/score", params={"threshold": "expected-f1"}, json=items).json()[
+            "results"
+        ]
+        fixed = httpx.post(f"{url}/v1/score", params={"threshold": "0"}, json=items[:3]).json()["results"]
+        refusals = [
+            httpx.post(f"{url}/v1/score", params={"threshold": t}, json=items[:19] + items[21:])
+            for t in ("expected-f1", "1.5", "median")
+        ]  # 20 answers, 19 of them scored: too few for the batch threshold
+    probs = np.array([r["probability"] for r in plain[:21]])
+    t = expected_f1_threshold(probs)
+    want = detector.predict_batch(triples, threshold="expected-f1")
+    assert want[0].threshold == pytest.approx(t, abs=TOL) and batch[21]["status"] == "error"
+    for got, w, p in zip(batch[:21], want, probs, strict=True):
+        assert got["probability"] == pytest.approx(p) and got["threshold"] == pytest.approx(t)
+        assert got["label"] == int(p >= got["threshold"]) == w.label
+        assert [(s["start"], s["end"]) for s in got["spans"]] == [(s.start, s.end) for s in w.spans]
+    assert all(r["label"] == 1 and r["threshold"] == 0 for r in fixed)
+    assert [r.status_code for r in refusals] == [422, 422, 422]
+    assert "at least 20 answers" in refusals[0].json()["error"]
+    assert "a probability in [0, 1] or expected-f1" in refusals[1].json()["error"]
+
+
 def test_bad_requests_get_one_line_reasons(detector, serve):
     items = _items(2, 3)
     long_item = {

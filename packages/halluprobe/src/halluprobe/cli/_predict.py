@@ -53,19 +53,14 @@ def _check_predict_args(args) -> None:
 
 def _threshold_arg(value: str | None, batch: bool) -> float | str | None:
     """``--threshold`` as `Detector.predict_batch` takes it (None, a float or ``"expected-f1"``)."""
-    if value is None:
-        return None
-    if value == "expected-f1":
-        if not batch:
-            raise clikit.UsageError("--threshold expected-f1 applies to --input only (it reads the file)")
-        return value
+    from halluprobe._threshold import EXPECTED_F1, parse_threshold
+
+    if value == EXPECTED_F1 and not batch:
+        raise clikit.UsageError("--threshold expected-f1 applies to --input only (it reads the file)")
     try:
-        t = float(value)
-    except ValueError:
-        t = float("nan")
-    if not 0 <= t <= 1:
-        raise clikit.UsageError(f"--threshold must be a probability in [0, 1] or expected-f1, got {value!r}")
-    return t
+        return parse_threshold(value)
+    except ValueError as exc:
+        raise clikit.UsageError(f"--{exc}") from None
 
 
 def _over_length(det, device: str, rows: InputRows, where: str | None) -> dict[int, str]:
@@ -95,7 +90,7 @@ def cmd_predict(args) -> int:
     _check_predict_args(args)
     if args.input is not None:
         rows = read_rows(clikit.check_in_file(args.input, "--input"))
-        from halluprobe.detectors._prediction import MIN_BATCH_FOR_THRESHOLD
+        from halluprobe._threshold import MIN_BATCH_FOR_THRESHOLD
 
         if args.threshold == "expected-f1" and len(rows.ids) < MIN_BATCH_FOR_THRESHOLD:
             raise clikit.UsageError(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from halluprobe._threshold import check_threshold
 from halluprobe.features._records import ExampleRecord
 from halluprobe.localisation._verdict_spans import PredictedSpan
 
@@ -162,33 +163,6 @@ def with_text_features(
     return records
 
 
-MIN_BATCH_FOR_THRESHOLD = 20
-"""Fewest answers ``predict_batch(threshold="expected-f1")`` accepts: the threshold is estimated from the
-batch's probabilities, and a few answers say little about a source's base rate."""
-
-
-def check_threshold(threshold: Any, n: int) -> None:
-    """Refuse a ``threshold`` that `Detector.predict_batch` cannot use for ``n`` answers.
-
-    Raises:
-        ValueError: naming what is expected unless ``threshold`` is None, a number in [0, 1], or
-            ``"expected-f1"`` with at least `MIN_BATCH_FOR_THRESHOLD` answers.
-    """
-    if threshold is None:
-        return
-    if threshold == "expected-f1":
-        if n < MIN_BATCH_FOR_THRESHOLD:
-            raise ValueError(
-                f"threshold='expected-f1' estimates the threshold from the batch itself: it needs at least "
-                f"{MIN_BATCH_FOR_THRESHOLD} answers of one source, got {n}"
-            )
-        return
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
-        raise ValueError(
-            f"threshold must be None (the detector's), a number in [0, 1] or 'expected-f1', got {threshold!r}"
-        )
-
-
 @dataclass
 class PendingPrediction:
     """A scored answer whose label and spans wait for the threshold (`at` completes it)."""
@@ -274,11 +248,37 @@ def predict_triples(
     threshold: float | str | None,
 ) -> list[Prediction]:
     """[`Detector.predict_batch`][halluprobe.Detector.predict_batch] (its arguments, checked here)."""
+    check_threshold(threshold, len(triples))
+    pending = pending_triples(detector, triples, device=device, batch_size=batch_size)
+    t = resolve_threshold(threshold, detector.probe_.threshold, pending)
+    return [p.at(t) for p in pending]
+
+
+def resolve_threshold(
+    threshold: float | str | None, default: float, pending: Sequence[PendingPrediction]
+) -> float:
+    """The threshold that a ``threshold`` passed by `check_threshold` names.
+
+    ``default`` for None, the expected-F1 threshold of ``pending``'s probabilities for
+    ``"expected-f1"``, else the number itself.
+    """
+    if threshold is None:
+        return float(default)
+    if threshold == "expected-f1":
+        from halluprobe.training._calibration import expected_f1_threshold
+
+        return expected_f1_threshold(np.array([p.probability for p in pending]))
+    return float(threshold)
+
+
+def pending_triples(
+    detector: Any, triples: Sequence[tuple[str, str, str]], *, device: str | None, batch_size: int
+) -> list[PendingPrediction]:
+    """The triples scored in batched forwards, in input order, before any threshold is applied."""
     from halluprobe.features._extract import plan_batches
     from halluprobe.features._records import reduce_forward
 
     items = [Item(f"item{i}", *check_triple(i, t)) for i, t in enumerate(triples)]
-    check_threshold(threshold, len(items))
     ext = detector.extractor(device)
     encoded = [ext.encode(it) for it in items]
     out: list[PendingPrediction | None] = [None] * len(items)
@@ -294,16 +294,7 @@ def predict_triples(
                 detector.token_probe_, ext, fs, b, detector._scores(fs, b, record), encoded[i],
                 (it.context, it.question, it.answer),
             )  # fmt: skip
-    pending = [p for p in out if p is not None]
-    if threshold is None:
-        t = detector.probe_.threshold
-    elif threshold == "expected-f1":
-        from halluprobe.training._calibration import expected_f1_threshold
-
-        t = expected_f1_threshold(np.array([p.probability for p in pending]))
-    else:
-        t = float(threshold)
-    return [p.at(t) for p in pending]
+    return [p for p in out if p is not None]
 
 
 def stats_prediction(

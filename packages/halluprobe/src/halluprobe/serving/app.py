@@ -15,12 +15,13 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
-from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from halluprobe._threshold import parse_threshold
 from halluprobe.serving.batching import BatchQueue, QueueClosed, QueueFull
 from halluprobe.serving.config import ServeConfig
 from halluprobe.serving.schemas import (
@@ -28,14 +29,13 @@ from halluprobe.serving.schemas import (
     ErrorResponse,
     Health,
     ItemError,
-    ItemScore,
     ScoreItem,
     ScoreResponse,
     StreamChunk,
     StreamEvent,
     StreamStart,
 )
-from halluprobe.serving.service import ScoringService, stream_event
+from halluprobe.serving.service import PendingScore, ScoringService, stream_event
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -85,8 +85,8 @@ def _authorised(headers: Any, token: str | None) -> bool:
 def create_app(service: ScoringService, config: ServeConfig | None = None) -> FastAPI:
     """The server's app around a loaded [`ScoringService`][halluprobe.serving.ScoringService]."""
     config = config or ServeConfig()
-    queue: BatchQueue[ScoreItem, ItemScore | ItemError] = BatchQueue(
-        service.score, max_wait=config.max_wait_ms / 1000, max_batch=config.max_batch,
+    queue: BatchQueue[ScoreItem, PendingScore | ItemError] = BatchQueue(
+        service.score_pending, max_wait=config.max_wait_ms / 1000, max_batch=config.max_batch,
         max_pending=config.max_queue, executor=service.model_thread,
     )  # fmt: skip
     streams = asyncio.Semaphore(config.max_streams)
@@ -139,7 +139,15 @@ def create_app(service: ScoringService, config: ServeConfig | None = None) -> Fa
         response_model=ScoreResponse,
         responses={401: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
     )
-    async def score(body: ScoreItem | list[ScoreItem]) -> ScoreResponse | JSONResponse:
+    async def score(
+        body: ScoreItem | list[ScoreItem],
+        threshold: str | None = Query(
+            None,
+            description="What the labels and spans follow: a probability in [0, 1], or 'expected-f1' for a "
+            "list of at least 20 answers of one source (the threshold that maximises their expected F1 under "
+            "their own probabilities, no labels needed). Default: the detector's threshold.",
+        ),
+    ) -> ScoreResponse | JSONResponse:
         """Score one answer or a list of answers; one result per answer, in order."""
         items = body if isinstance(body, list) else [body]
         if not items:
@@ -149,11 +157,19 @@ def create_app(service: ScoringService, config: ServeConfig | None = None) -> Fa
                 413, f"{len(items)} answers in one request; this server takes at most {config.max_items}"
             )
         try:
-            return ScoreResponse(results=await queue.submit(items))
+            wanted = parse_threshold(threshold)
+        except ValueError as exc:
+            return _error(422, str(exc))
+        try:
+            raw = await queue.submit(items)
         except QueueFull as exc:
             return _error(503, str(exc), {"Retry-After": str(exc.retry_after)})
         except QueueClosed as exc:
             return _error(503, str(exc), {"Retry-After": "5"})
+        try:
+            return ScoreResponse(results=service.finish(raw, wanted))
+        except ValueError as exc:  # 'expected-f1' with fewer scored answers than it needs
+            return _error(422, str(exc))
 
     @app.websocket("/v1/stream")
     async def stream(ws: WebSocket) -> None:

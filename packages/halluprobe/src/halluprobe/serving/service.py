@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -17,6 +18,7 @@ from halluprobe.serving.schemas import DetectorCard, ItemError, ItemScore, Score
 
 if TYPE_CHECKING:
     from halluprobe.detectors._detector import Detector, Prediction
+    from halluprobe.detectors._prediction import PendingPrediction
     from halluprobe.detectors._streaming import Follower, StreamUpdate
 
 V = TypeVar("V")
@@ -58,31 +60,57 @@ class ScoringService:
             )
         return ids[start:]
 
-    def score(self, items: list[ScoreItem]) -> list[ItemScore | ItemError]:
+    def score(
+        self, items: list[ScoreItem], threshold: float | str | None = None
+    ) -> list[ItemScore | ItemError]:
         """Score ``items`` in one batched proxy forward (those that fit); one result per item, in order.
 
         An item that is too long or empty gets an [`ItemError`][halluprobe.serving.schemas.ItemError];
         the others are scored as [`Detector.predict_batch`][halluprobe.Detector.predict_batch] scores
-        them (higher = more likely hallucinated).
+        them (higher = more likely hallucinated), labelled at ``threshold`` as it takes it.
         """
+        return self.finish(self.score_pending(items), threshold)
+
+    def score_pending(self, items: list[ScoreItem]) -> list[PendingScore | ItemError]:
+        """`score` before the threshold: what the batch queue runs (its batches mix requests)."""
+        from halluprobe.detectors._prediction import pending_triples
         from halluprobe.features._token_data import token_offsets
 
         checked = [self._check(i, it) for i, it in enumerate(items)]
-        out: list[ItemScore | ItemError] = [c for c in checked if isinstance(c, ItemError)]
         todo = [i for i, c in enumerate(checked) if not isinstance(c, ItemError)]
-        if not todo:
-            return out
         triples = [(items[i].context, items[i].question, items[i].answer) for i in todo]
-        preds = iter(self.detector.predict_batch(triples, device=self.device, batch_size=len(triples)))
-        errors = iter(out)
-        results: list[ItemScore | ItemError] = []
+        scored = pending_triples(self.detector, triples, device=self.device, batch_size=max(1, len(triples)))
+        pending = iter(scored)
+        results: list[PendingScore | ItemError] = []
         for item, c in zip(items, checked, strict=True):
             if isinstance(c, ItemError):
-                results.append(next(errors))
+                results.append(c)
                 continue
             offsets = token_offsets(self.extractor.tokenizer, item.answer, c)
-            results.append(item_score(next(preds), item.answer, offsets))
+            results.append(PendingScore(next(pending), item.answer, offsets))
         return results
+
+    def finish(
+        self, results: list[PendingScore | ItemError], threshold: float | str | None = None
+    ) -> list[ItemScore | ItemError]:
+        """The response of one request's results, labelled at ``threshold``.
+
+        ``threshold``: None, the detector's; a number in [0, 1]; or ``"expected-f1"``, from the scored
+        items' own probabilities (at least 20 of them; `halluprobe.expected_f1_threshold`).
+
+        Raises:
+            ValueError: another ``threshold``, or ``"expected-f1"`` with fewer than 20 scored items.
+        """
+        from halluprobe._threshold import check_threshold
+        from halluprobe.detectors._prediction import resolve_threshold
+
+        scored = [r.pending for r in results if isinstance(r, PendingScore)]
+        check_threshold(threshold, len(scored))
+        t = resolve_threshold(threshold, self.detector.probe_.threshold, scored)
+        return [
+            r if isinstance(r, ItemError) else item_score(r.pending.at(t), r.answer, r.offsets)
+            for r in results
+        ]
 
     def card(self) -> DetectorCard:
         """The detector's card: proxy, feature set, threshold, training data, what is read."""
@@ -156,6 +184,15 @@ def stream_event(update: StreamUpdate) -> StreamEvent:
         token_scores=[float(x) for x in update.token_scores], probability=float(update.probability),
         answer_tokens=int(update.answer_tokens),
     )  # fmt: skip
+
+
+@dataclass
+class PendingScore:
+    """One scored item before its threshold (`ScoringService.score_pending`)."""
+
+    pending: PendingPrediction
+    answer: str
+    offsets: np.ndarray
 
 
 class _Item:
