@@ -69,6 +69,7 @@ def test_score_labels_a_request_at_the_threshold_it_asks_for(detector, serve):
             httpx.post(f"{url}/v1/score", params={"threshold": t}, json=items[:19] + items[21:])
             for t in ("expected-f1", "1.5", "median")
         ]  # 20 answers, 19 of them scored: too few for the batch threshold
+        early = httpx.post(f"{url}/v1/score", params={"threshold": "expected-f1"}, json=items[:5])
     probs = np.array([r["probability"] for r in plain[:21]])
     t = expected_f1_threshold(probs)
     want = detector.predict_batch(triples, threshold="expected-f1")
@@ -80,6 +81,7 @@ def test_score_labels_a_request_at_the_threshold_it_asks_for(detector, serve):
     assert all(r["label"] == 1 and r["threshold"] == 0 for r in fixed)
     assert [r.status_code for r in refusals] == [422, 422, 422]
     assert "at least 20 answers" in refusals[0].json()["error"]
+    assert early.status_code == 422 and "got 5" in early.json()["error"]  # refused before any forward
     assert "a probability in [0, 1] or expected-f1" in refusals[1].json()["error"]
 
 

@@ -90,13 +90,12 @@ def cmd_predict(args) -> int:
     _check_predict_args(args)
     if args.input is not None:
         rows = read_rows(clikit.check_in_file(args.input, "--input"))
-        from halluprobe._threshold import MIN_BATCH_FOR_THRESHOLD
+        from halluprobe._threshold import check_threshold
 
-        if args.threshold == "expected-f1" and len(rows.ids) < MIN_BATCH_FOR_THRESHOLD:
-            raise clikit.UsageError(
-                f"--threshold expected-f1 estimates the threshold from the file itself: it needs at least "
-                f"{MIN_BATCH_FOR_THRESHOLD} answers of one source, --input {args.input} has {len(rows.ids)}"
-            )
+        try:  # before the proxy loads: expected-f1 needs enough answers
+            check_threshold(args.threshold, len(rows.ids))
+        except ValueError as exc:
+            raise clikit.UsageError(f"--input {args.input}: {exc}") from None
     else:
         rows = InputRows([None], [(args.context, args.question or "", args.answer)], [0])  # type: ignore[list-item]
     if args.detector is not None:

@@ -209,6 +209,14 @@ class ProxyExtractor:
         grounding block's and the contrast forward's settings are part of it too, and so are a
         detector's `reads` when the forward computes only them (their records hold NaN elsewhere).
         """
+        return self._settings(self.reads)
+
+    @property
+    def full_settings(self) -> dict[str, Any]:
+        """The `settings` of this extractor's full extraction (no `reads`): its records serve any reads."""
+        return self._settings(None)
+
+    def _settings(self, reads: Any) -> dict[str, Any]:
         import hashlib
 
         from flashstats_hf import LOGIT_STAT_NAMES
@@ -229,19 +237,10 @@ class ProxyExtractor:
             "toha": bool(self.toha),
             "template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
             SETTINGS_KEY: grounding_settings(),
-            **({_contrast.SETTINGS_KEY: _contrast.contrast_settings()} if self.wants_contrast else {}),
+            **({_contrast.SETTINGS_KEY: _contrast.contrast_settings()} if self._contrast(reads) else {}),
             # a detector's restricted forward leaves NaN where it reads nothing: never the full key
-            **({"reads": asdict(self.reads)} if self.reads is not None else {}),
+            **({"reads": asdict(reads)} if reads is not None else {}),
         }
-
-    @property
-    def full_settings(self) -> dict[str, Any]:
-        """The `settings` of this extractor's full extraction (no `reads`): its records serve any reads."""
-        reads, self.reads = self.reads, None
-        try:
-            return self.settings
-        finally:
-            self.reads = reads
 
     def encode(self, ex) -> tuple[list[int], int]:
         """Token ids of the formatted example and the index of its first answer token.
@@ -329,7 +328,10 @@ class ProxyExtractor:
     @property
     def wants_contrast(self) -> bool:
         """Whether records get the context contrast (``contrast`` in a full extraction, else the `reads`')."""
-        return self.contrast if self.reads is None else bool(getattr(self.reads, "contrast", False))
+        return self._contrast(self.reads)
+
+    def _contrast(self, reads: Any) -> bool:
+        return self.contrast if reads is None else bool(getattr(reads, "contrast", False))
 
     def with_contrast(
         self,

@@ -135,7 +135,7 @@ def stopped_proxy(model: Any, reads: DetectorReads) -> Any:
         model: The proxy (a Transformers causal LM).
         reads: What is read (`detector_reads`); hidden layer ``k`` is the output of layer ``k - 1``.
     """
-    from flashstats_hf.record import _decoder
+    from flashstats_hf._inputs import _decoder
 
     body, layers = _decoder(model)
     n = len(layers)

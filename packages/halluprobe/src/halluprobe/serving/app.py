@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from halluprobe._threshold import parse_threshold
+from halluprobe._threshold import check_threshold, parse_threshold
 from halluprobe.serving.batching import BatchQueue, QueueClosed, QueueFull
 from halluprobe.serving.config import ServeConfig
 from halluprobe.serving.schemas import (
@@ -156,8 +156,9 @@ def create_app(service: ScoringService, config: ServeConfig | None = None) -> Fa
             return _error(
                 413, f"{len(items)} answers in one request; this server takes at most {config.max_items}"
             )
-        try:
+        try:  # before any forward: a threshold that cannot label this many answers is refused
             wanted = parse_threshold(threshold)
+            check_threshold(wanted, len(items))
         except ValueError as exc:
             return _error(422, str(exc))
         try:
