@@ -32,18 +32,12 @@ from flashstats_kernels import (
     decode_attention,
 )
 
+from flashstats_hf._inputs import _decoder, _layer_indices, check_causal_lm, check_token_ids, key_mask_of
 from flashstats_hf._recorder import _ACTIVE, activate, check_reached, deactivate
 from flashstats_hf._sdpa import plain_attention, visibility
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
-from flashstats_hf.record import (
-    DEFAULT_REQUEST,
-    _decoder,
-    _layer_indices,
-    check_causal_lm,
-    check_token_ids,
-    key_mask_of,
-)
+from flashstats_hf.record import DEFAULT_REQUEST
 from flashstats_hf.types import ForwardStats
 
 if TYPE_CHECKING:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from flashstats_kernels import ColumnStats, LookupStats, RowStats, StatsRequest
 
+from flashstats_hf._inputs import _decoder, _layer_indices
 from flashstats_hf._packing import unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
@@ -38,10 +39,8 @@ from flashstats_hf.logits import LOGIT_STAT_NAMES
 from flashstats_hf.pooling import POOL_NAMES, pool_tokens
 from flashstats_hf.record import (
     DEFAULT_REQUEST,
-    _decoder,
     _dense_heads,
     _HiddenCapture,
-    _layer_indices,
     _logit_block_static,
     _query_heads,
     _stack_layers,
