@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from halluprobe.features._grounding import fill_grounding
     from halluprobe.localisation._verdict_spans import PredictedSpan
+    from halluprobe.reader import Reader
     from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.training._calibration import Calibrator, DegenerateFitWarning, expected_f1_threshold
     from halluprobe.training._general import GeneralFit, fit_general, train_general
@@ -85,6 +86,7 @@ _EXPORTS = {
     "load": "detectors._default",
     "fill_grounding": "features._grounding",
     "PredictedSpan": "localisation._verdict_spans",
+    "Reader": "reader",
     "FeatureCache": "features",
     "Detector": "detectors",
     "Prediction": "detectors",
@@ -141,6 +143,7 @@ __all__ = [
     "ProbeFit",
     "ProxyExtractor",
     "RAUQ",
+    "Reader",
     "Selection",
     "SinkProbe",
     "SinkRate",

@@ -15,6 +15,7 @@ from pathlib import Path
 from halubench_data import clikit
 
 from halluprobe.cli._common import check_sizes, load_proxy, parse_layers, parse_limit
+from halluprobe.cli._finetune import cmd_finetune
 from halluprobe.cli._general import check_general_flags
 from halluprobe.cli._inputs import check_detector_arg
 from halluprobe.cli._parser import (  # noqa: F401 (re-exported: the parser and its defaults)
@@ -318,6 +319,7 @@ COMMANDS = {
     "predict": cmd_predict,
     "stream": cmd_stream,
     "transfer": cmd_transfer,
+    "finetune": cmd_finetune,
     "serve": cmd_serve,
     "select-a7": cmd_select,
     "select-l9": cmd_select,

@@ -12,6 +12,7 @@ from halubench_data import clikit
 
 from halluprobe.cli import _schemas as schemas
 from halluprobe.cli._common import DETECTOR_HELP
+from halluprobe.cli._finetune import add_finetune_parser
 from halluprobe.cli._general import add_general_args
 from halluprobe.cli._serve import add_serve_parser
 from halluprobe.cli._stream import add_stream_parser
@@ -179,5 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
     clikit.add_json_arg(p, schemas.PREDICT, lines=True)
     add_stream_parser(sub)
     add_transfer_parser(sub)
+    add_finetune_parser(sub)
     add_serve_parser(sub)
     return parser

@@ -49,6 +49,17 @@ def add_transfer_parser(sub) -> None:
         "--judge-template", action="append", default=None, metavar="NAME",
         help="a judge template to score (repeat; default: every template halujudge ships)",
     )  # fmt: skip
+    p.add_argument(
+        "--reader", action="store_true",
+        help="add the fine-tuned reader (rows reader and O+reader): one fine-tuning of the proxy per "
+        "held-out source on the others' training splits, early-stopped on their validation splits; its "
+        "scores are kept in OUT/reader_scores.json (a GPU is advised: one fine-tuning per source)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reader-scores", type=Path, default=None, metavar="JSON",
+        help="the reader rows from the reader_scores.json of an earlier run on the same datasets (no "
+        "fine-tuning)",
+    )  # fmt: skip
     p.add_argument("--calibration", default="platt", choices=("platt", "isotonic"), help="default platt")
     p.add_argument(
         "--threshold", default="mean-f1", choices=("mean-f1", "calibrated-0.5"),
@@ -137,6 +148,26 @@ def _records(datasets, args) -> tuple[dict, list[int], list[str], dict[str, dict
     return records, rank_heads(induction_scores(model), all_layers), list(LOGIT_STAT_NAMES), judge
 
 
+def _reader_fitters(datasets, args) -> list:
+    """The reader's rows: fine-tuned here (``--reader``) or read back (``--reader-scores``); else none."""
+    from halluprobe.reader._transfer import fold_scores, read_fold_scores, reader_fitter, write_fold_scores
+
+    if args.reader_scores is not None:
+        return [reader_fitter(read_fold_scores(args.reader_scores))]
+    if not args.reader:
+        return []
+    from halluprobe.reader._settings import ReaderSettings
+
+    settings = ReaderSettings()
+    examples = [e for ds in datasets for e in ds]
+    device = clikit.resolve_device(args.device)
+    folds = fold_scores(examples, settings, proxy=args.proxy, device=device, held_out=args.held_out,
+                        progress=clikit.status)  # fmt: skip
+    meta = {"settings": settings.as_dict(), "proxy": args.proxy, "held_out": args.held_out}
+    write_fold_scores(Path(args.out) / "reader_scores.json", folds, meta)
+    return [reader_fitter(folds)]
+
+
 def cmd_transfer(args) -> int:
     """``halluprobe transfer``: the leave-one-source-out table, with floors and calibration."""
     from halubench_data import load
@@ -154,6 +185,10 @@ def cmd_transfer(args) -> int:
     )
     from halluprobe.training._calibration import degenerate_fit_lines
 
+    if args.reader and args.reader_scores is not None:
+        raise clikit.UsageError("--reader fine-tunes; --reader-scores reuses scores: give one of them")
+    if args.reader_scores is not None:
+        clikit.check_in_file(args.reader_scores, "--reader-scores")
     if args.judge_template and not args.judge:
         raise clikit.UsageError("--judge-template needs --judge")
     if args.judge:
@@ -190,6 +225,7 @@ def cmd_transfer(args) -> int:
         fitters += (
             [judge_fitter(judge, "SmolLM2 judge" if args.proxy is None else "proxy judge")] if judge else []
         )
+    fitters += _reader_fitters(datasets, args)
     with degenerate_fit_lines("halluprobe transfer"):
         table = leave_one_source_out(
             datasets, records, fitters=fitters, calibration=args.calibration, threshold=args.threshold,

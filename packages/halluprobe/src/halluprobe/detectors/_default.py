@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from halluprobe.detectors._detector import Detector
 
@@ -46,8 +47,11 @@ def default_path() -> tuple[Path, str]:
     return packaged_path(), "the packaged general detector"
 
 
-def load(path: str | os.PathLike[str] | None = None) -> Detector:
+def load(path: str | os.PathLike[str] | None = None) -> Any:
     """A saved detector, or the default one (the packaged general detector) when ``path`` is None.
+
+    A folder holds a probe [`Detector`][halluprobe.Detector] or a fine-tuned
+    [`Reader`][halluprobe.reader.Reader]; both predict, stream and serve alike.
 
     Args:
         path: A detector folder ([`Detector.save`][halluprobe.Detector.save]); None: the default
@@ -59,7 +63,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Detector:
         ValueError: the detector's files fail their checks ([`Detector.load`][halluprobe.Detector.load]).
     """
     if path is not None:
-        return Detector.load(Path(path))
+        return _load_folder(Path(path))
     folder, how = default_path()
     if not (folder / "detector.json").is_file():
         if how.startswith(ENV_VAR):
@@ -70,4 +74,20 @@ def load(path: str | os.PathLike[str] | None = None) -> Detector:
             f"this halluprobe has no packaged general detector ({'/'.join(('halluprobe', *PACKAGED))}/"
             f"detector.json is missing); {BUILD_HINT}"
         )
+    return _load_folder(folder)
+
+
+def _load_folder(folder: Path):
+    """The detector in ``folder``: a probe or a fine-tuned reader.
+
+    A [`Reader`][halluprobe.reader.Reader] when its ``detector.json`` says ``"kind": "reader"``, else a
+    [`Detector`][halluprobe.Detector].
+    """
+    from halluprobe.detectors._detector_file import read_document
+
+    doc = read_document(folder, "detector.json")
+    if isinstance(doc, dict) and doc.get("kind") == "reader":
+        from halluprobe.reader import Reader
+
+        return Reader.load(folder)
     return Detector.load(folder)

@@ -222,6 +222,11 @@ class Detector(ClassifierMixin, BaseEstimator):
         path = Path(path)
         where = str(path / _JSON)
         doc = dfile.read_document(path, _JSON)
+        if isinstance(doc, dict) and doc.get("kind") == "reader":
+            raise ValueError(
+                f"{where} holds a fine-tuned reader, not a probe detector: load it with "
+                "halluprobe.load(path) or halluprobe.reader.Reader.load(path)"
+            )
         if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
             got = doc.get("format_version") if isinstance(doc, dict) else None
             raise ValueError(

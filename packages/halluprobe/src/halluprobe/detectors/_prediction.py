@@ -275,6 +275,8 @@ def pending_triples(
     detector: Any, triples: Sequence[tuple[str, str, str]], *, device: str | None, batch_size: int
 ) -> list[PendingPrediction]:
     """The triples scored in batched forwards, in input order, before any threshold is applied."""
+    if hasattr(detector, "pending_triples"):  # a fine-tuned reader scores with its own forward
+        return detector.pending_triples(triples, device=device, batch_size=batch_size)
     from halluprobe.features._extract import plan_batches
     from halluprobe.features._records import reduce_forward
 

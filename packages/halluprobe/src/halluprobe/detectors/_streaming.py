@@ -62,6 +62,13 @@ class StreamingScorer:
         device: Torch device of the proxy (None: the detector's default).
     """
 
+    def __new__(cls, detector: Detector, *, device: str | None = None) -> StreamingScorer:
+        # a fine-tuned reader streams through its own KV cache (`halluprobe.reader`)
+        kind = getattr(detector, "_streaming_type", None)
+        if cls is StreamingScorer and kind is not None:
+            cls = kind()
+        return super().__new__(cls)
+
     def __init__(self, detector: Detector, *, device: str | None = None) -> None:
         self.detector = detector
         self.device = device

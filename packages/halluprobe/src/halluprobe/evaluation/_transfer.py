@@ -60,7 +60,7 @@ __all__ = [
     "published_fitter",
 ]
 
-Kind = Literal["probe", "detector", "judge", "text-only", "floor"]
+Kind = Literal["probe", "detector", "judge", "text-only", "floor", "reader"]
 Scorer = Callable[["Pool"], np.ndarray]
 """A fitted method: a pool of examples -> ``[n]`` raw scores, higher = more likely hallucinated."""
 Fitter = Callable[["Pool", "Pool"], dict[str, tuple[Kind, Scorer]]]
