@@ -112,7 +112,11 @@ def test_transfer_threshold_maximises_mean_f1_over_sources():
     assert np.mean([f1_at(probs[s], labels[s], t) for s in probs]) == pytest.approx(max(mean_f1))
     assert transfer_threshold(probs, labels, "calibrated-0.5") == 0.5
     with pytest.raises(ValueError, match="mean-f1"):
-        transfer_threshold(probs, labels, "best")  # type: ignore[arg-type]
+        transfer_threshold(probs, labels, "best")
+    t = transfer_threshold(
+        probs, labels, "false-alarm@0.2"
+    )  # supported answers flagged: at most 20 % on average
+    assert np.mean([np.mean(probs[s][labels[s] == 0] >= t) for s in probs]) <= 0.2
 
 
 def test_check_labels_warns_on_a_missing_class_and_on_few_examples():

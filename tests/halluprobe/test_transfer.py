@@ -217,3 +217,22 @@ def test_cli_transfer_judge_flags_are_checked_before_any_model_loads(tmp_path, c
     assert main(["transfer", *files, "--judge", "--judge-template", "nosuch", "--out", out]) == 2
     assert "'nosuch': expected one of" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_false_alarms_and_recall_at_the_transferred_threshold():
+    """Each row counts the held-out supported and hallucinated answers its threshold flags; the summary
+    pools them, and the false-alarm rule keeps the validation rate it names."""
+    srcs = [_source(n, 20, i) for i, n in enumerate("abc")]
+    table = leave_one_source_out(srcs, n_bootstrap=20, threshold="false-alarm@0.1")
+    assert table.threshold_rule == "false-alarm@0.1" and "| false alarms | recall |" in table.to_markdown()
+    for s in table.summary():
+        rows = [r for r in table.rows if r.method == s.method]
+        neg = sum(r.n - r.n_positive for r in rows)
+        assert s.pooled_false_alarm_rate == sum(r.false_alarms for r in rows) / neg
+        assert s.pooled_recall == sum(r.detected for r in rows) / sum(r.n_positive for r in rows)
+    for r in table.rows:
+        assert r.false_alarms + r.detected == round(r.flagged * r.n)
+        assert 0 <= r.false_alarm_rate <= 1 and 0 <= r.recall <= 1
+    loose = leave_one_source_out(srcs, n_bootstrap=20, threshold="false-alarm@0.9")
+    strict = {(r.source, r.method): r for r in table.rows}
+    assert all(r.false_alarms >= strict[r.source, r.method].false_alarms for r in loose.rows)

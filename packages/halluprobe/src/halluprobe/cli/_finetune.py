@@ -22,8 +22,8 @@ REPORT = "finetune.json"
 
 def add_finetune_parser(sub) -> None:
     """Adds the ``finetune`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
-    from halluprobe.reader._calibrate import THRESHOLD_RULES
     from halluprobe.reader._settings import POOLS, ReaderSettings
+    from halluprobe.training._calibration import THRESHOLD_RULES
 
     d = ReaderSettings()
     p = sub.add_parser(
@@ -74,8 +74,8 @@ def _check(args):
     """Flags, paths and datasets, before torch is imported; returns the datasets and the settings."""
     from halubench_data import load
 
-    from halluprobe.reader._calibrate import check_threshold_rule
     from halluprobe.reader._settings import ReaderSettings
+    from halluprobe.training._calibration import check_threshold_rule
 
     clikit.check_device_name(args.device)
     clikit.check_out_dir(args.out, overwrite=args.overwrite)

@@ -62,8 +62,10 @@ def add_transfer_parser(sub) -> None:
     )  # fmt: skip
     p.add_argument("--calibration", default="platt", choices=("platt", "isotonic"), help="default platt")
     p.add_argument(
-        "--threshold", default="mean-f1", choices=("mean-f1", "calibrated-0.5"),
-        help="the transferred threshold: best mean F1 over the validation sources (default), or 0.5",
+        "--threshold", default="mean-f1", metavar="RULE",
+        help="the transferred threshold: mean-f1 (best mean F1 over the validation sources; default), "
+        "calibrated-0.5, or false-alarm@R (the lowest threshold that flags at most the share R of the "
+        "validation sources' supported answers, mean over sources)",
     )  # fmt: skip
     p.add_argument(
         "--held-out", default="all", choices=("all", "test"),
@@ -183,8 +185,12 @@ def cmd_transfer(args) -> int:
         probe_fitter,
         published_fitter,
     )
-    from halluprobe.training._calibration import degenerate_fit_lines
+    from halluprobe.training._calibration import check_threshold_rule, degenerate_fit_lines
 
+    try:
+        check_threshold_rule(args.threshold)
+    except ValueError as exc:
+        raise clikit.UsageError(f"--threshold: {exc}") from None
     if args.reader and args.reader_scores is not None:
         raise clikit.UsageError("--reader fine-tunes; --reader-scores reuses scores: give one of them")
     if args.reader_scores is not None:

@@ -317,10 +317,12 @@ def _fold_rows(work: _FoldWork, i: int):
             best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
             ece = reliability_curve(p_t, tgt.labels).ece
             batch_thr = expected_f1_threshold(p_t)  # the held-out source's own, from its probabilities alone
+            flags = p_t >= thr
             rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
-                                    float(np.mean(p_t >= thr)), res.n, res.n_positive,
-                                    batch_f1=f1_at(p_t, tgt.labels, batch_thr),
-                                    batch_threshold=batch_thr))  # fmt: skip
+                                    float(np.mean(flags)), res.n, res.n_positive,
+                                    batch_f1=f1_at(p_t, tgt.labels, batch_thr), batch_threshold=batch_thr,
+                                    false_alarms=int(np.sum(flags & (tgt.labels == 0))),
+                                    detected=int(np.sum(flags & (tgt.labels == 1)))))  # fmt: skip
             probs.append((method, (p_t, tgt.labels)))
     return msg, rows, probs
 

@@ -66,6 +66,21 @@ class TransferRow:
     probabilities: no label of the source is read)."""
     batch_threshold: float = float("nan")
     """That threshold."""
+    false_alarms: int = 0
+    """Supported held-out examples at or above the transferred threshold."""
+    detected: int = 0
+    """Hallucinated held-out examples at or above it."""
+
+    @property
+    def false_alarm_rate(self) -> float:
+        """Share of the supported held-out examples flagged (NaN without one)."""
+        neg = self.n - self.n_positive
+        return self.false_alarms / neg if neg else float("nan")
+
+    @property
+    def recall(self) -> float:
+        """Share of the hallucinated held-out examples flagged (NaN without one)."""
+        return self.detected / self.n_positive if self.n_positive else float("nan")
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,10 @@ class TransferSummary:
     """Mean F1 at each source's expected-F1 threshold (`TransferRow.batch_f1`)."""
     batch_f1_transfers: int = 0
     """Sources where that F1 >= best-threshold F1 - `F1_MARGIN`."""
+    pooled_false_alarm_rate: float = float("nan")
+    """Share of every held-out source's supported examples flagged at the transferred thresholds."""
+    pooled_recall: float = float("nan")
+    """Share of every held-out source's hallucinated examples flagged at the transferred thresholds."""
 
 
 def with_floor_deltas(rows: Sequence[TransferRow]) -> list[TransferRow]:
@@ -105,6 +124,10 @@ def with_floor_deltas(rows: Sequence[TransferRow]) -> list[TransferRow]:
         if r.method in FLOORS and np.isfinite(r.auroc):
             best[r.source] = max(best.get(r.source, -np.inf), r.auroc)
     return [replace(r, delta_floor=r.auroc - best[r.source]) if r.source in best else r for r in rows]
+
+
+def _ratio(num: int, den: int) -> float:
+    return num / den if den else float("nan")
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -148,6 +171,8 @@ class TransferTable:
                 _mean([r.best_f1 for r in rs]), sum(r.f1 >= r.best_f1 - F1_MARGIN for r in rs),
                 self.reliability[m].ece if m in self.reliability else float("nan"),
                 _mean([r.batch_f1 for r in rs]), sum(r.batch_f1 >= r.best_f1 - F1_MARGIN for r in rs),
+                _ratio(sum(r.false_alarms for r in rs), sum(r.n - r.n_positive for r in rs)),
+                _ratio(sum(r.detected for r in rs), sum(r.n_positive for r in rs)),
             ))  # fmt: skip
         return out
 
@@ -156,11 +181,11 @@ class TransferTable:
         n = len(self.sources)
         head = ("method", "kind", "mean AUROC", "mean Δ floor", f"≥ floor+{FLOOR_MARGIN}", "mean F1",
                 "mean best F1", f"F1 within {F1_MARGIN}", "mean batch F1", f"batch F1 within {F1_MARGIN}",
-                "pooled ECE")  # fmt: skip
+                "pooled ECE", "false alarms", "recall")  # fmt: skip
         body = [
             (s.method, s.kind, s.mean_auroc, f"{s.mean_delta_floor:+.3f}", f"{s.beats_floor}/{n}", s.mean_f1,
              s.mean_best_f1, f"{s.f1_transfers}/{n}", s.mean_batch_f1, f"{s.batch_f1_transfers}/{n}",
-             s.pooled_ece)
+             s.pooled_ece, s.pooled_false_alarm_rate, s.pooled_recall)
             for s in self.summary()
         ]  # fmt: skip
         idx = {(r.method, r.source): r for r in self.rows}
@@ -176,7 +201,8 @@ class TransferTable:
             "splits.",
             "Δ floor: AUROC minus the best grounding floor's on the same source. ECE: 10 equal-mass bins.",
             "Batch F1: F1 at the threshold that maximises the expected F1 of the held-out source's own",
-            "calibrated probabilities (no label of it read).",
+            "calibrated probabilities (no label of it read). False alarms and recall: the shares of the",
+            "held-out supported and hallucinated answers at or above the transferred threshold, pooled.",
             "",
             markdown_table(head, body),
             "",

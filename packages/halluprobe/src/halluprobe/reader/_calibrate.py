@@ -1,8 +1,8 @@
 """The choices a reader makes on its validation answers after fine-tuning (never on training answers).
 
 Pooling (made by the fine-tuning), the overlap anchor's weight, the Platt calibration (sources weighted
-the same), the threshold (`THRESHOLD_RULES`) and the span decoding (threshold and gap with the best
-character span F1).
+the same), the threshold (a rule of `halluprobe.training.transfer_threshold`) and the span decoding
+(threshold and gap with the best character span F1).
 """
 
 from __future__ import annotations
@@ -12,40 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from halluprobe.reader._scoring import ReaderScoring, choose_anchor, false_alarm_threshold
+from halluprobe.reader._scoring import ReaderScoring, choose_anchor
+from halluprobe.training._calibration import check_threshold_rule
 
-__all__ = ["THRESHOLD_RULES", "check_threshold_rule", "finish_fit", "rescored", "rule_threshold"]
-
-THRESHOLD_RULES = ("false-alarm@R", "mean-f1", "calibrated-0.5")
-"""Threshold rules: the lowest threshold whose mean false-alarm rate over the validation sources is at
-most ``R`` (a number in [0, 1], e.g. ``false-alarm@0.2``); the best mean F1 over the validation
-sources; or the calibrated probability 0.5."""
-
-
-def check_threshold_rule(rule: str) -> str:
-    """``rule`` when it is one of `THRESHOLD_RULES`, else a ValueError naming them."""
-    if rule in ("mean-f1", "calibrated-0.5"):
-        return rule
-    head, at, rate = str(rule).partition("@")
-    try:
-        ok = head == "false-alarm" and at == "@" and 0.0 <= float(rate) <= 1.0
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"threshold rule must be one of {THRESHOLD_RULES} (R in [0, 1]), got {rule!r}")
-    return rule
+__all__ = ["finish_fit", "rescored", "rule_threshold"]
 
 
 def rule_threshold(rule: str, probs: np.ndarray, y: np.ndarray, sources: np.ndarray) -> float:
-    """The threshold ``rule`` picks from calibrated validation probabilities, labels and sources."""
+    """The threshold ``rule`` (`halluprobe.training.transfer_threshold`) picks from validation answers."""
     from halluprobe.training._calibration import transfer_threshold
 
-    check_threshold_rule(rule)
     by_p = {s: probs[sources == s] for s in np.unique(sources)}
     by_y = {s: y[sources == s] for s in np.unique(sources)}
-    if rule.startswith("false-alarm@"):
-        return false_alarm_threshold(by_p, by_y, float(rule.partition("@")[2]))
-    return transfer_threshold(by_p, by_y, rule)  # type: ignore[arg-type]
+    return transfer_threshold(by_p, by_y, rule)
 
 
 def _span_examples(tokenizer, examples: Sequence, rows: Sequence):

@@ -17,12 +17,12 @@ verdict. Higher always means more likely hallucinated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Anchor", "ReaderScoring", "choose_anchor", "false_alarm_threshold"]
+__all__ = ["Anchor", "ReaderScoring", "choose_anchor"]
 
 ANCHOR_WEIGHTS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """Reader weights ``w`` an anchored reader tries (the overlap score weighs ``1 - w``)."""
@@ -77,31 +77,6 @@ def choose_anchor(
         if auc >= best_auc - 1e-12:
             best, best_auc = cand, auc
     return best
-
-
-def false_alarm_threshold(
-    probs: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray], rate: float
-) -> float:
-    """The lowest threshold whose mean false-alarm rate over the sources stays at most ``rate``.
-
-    The false-alarm rate of a source is the share of its supported answers with probability at or
-    above the threshold; sources without supported answers are left out. Candidates are the validation
-    probabilities (and 1), so the lowest one that qualifies keeps every hallucinated answer it can.
-
-    Raises:
-        ValueError: ``rate`` outside [0, 1], or no source has a supported answer.
-    """
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"the false-alarm rate must lie in [0, 1], got {rate}")
-    neg = [np.asarray(probs[s], np.float64)[np.asarray(labels[s]) == 0] for s in probs]
-    neg = [n for n in neg if n.size]
-    if not neg:
-        raise ValueError("a false-alarm threshold needs supported validation answers")
-    cands = np.unique(np.concatenate([*(np.asarray(p, np.float64) for p in probs.values()), [1.0]]))
-    for t in cands:  # ascending: the first that keeps the mean rate within bounds
-        if np.mean([np.mean(n >= t) for n in neg]) <= rate + 1e-12:
-            return float(t)
-    return 1.0
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,14 @@ __all__ = [
     "ReliabilityCurve",
     "ThresholdRule",
     "check_collapse",
+    "THRESHOLD_RULES",
     "calibrate_probe",
     "check_labels",
+    "check_threshold_rule",
     "degenerate_fit_lines",
     "expected_calibration_error",
     "expected_f1_threshold",
+    "false_alarm_threshold",
     "plot_reliability",
     "reliability_curve",
     "source_weights",
@@ -58,7 +61,8 @@ __all__ = [
 ]
 
 CalibrationMethod = Literal["platt", "isotonic"]
-ThresholdRule = Literal["mean-f1", "calibrated-0.5"]
+ThresholdRule = str
+"""``"mean-f1"``, ``"calibrated-0.5"`` or ``"false-alarm@R"`` (`transfer_threshold`)."""
 MIN_PER_CLASS = 10
 """Fewer examples than this of one class in the training or validation split warn."""
 MIN_IQR = 0.01
@@ -242,6 +246,24 @@ def expected_calibration_error(probs: np.ndarray, y: np.ndarray, n_bins: int = 1
     return reliability_curve(probs, y, n_bins).ece
 
 
+THRESHOLD_RULES = ("mean-f1", "calibrated-0.5", "false-alarm@R")
+"""Threshold rules of `transfer_threshold` (``R``: a false-alarm rate in [0, 1], e.g. ``false-alarm@0.2``)."""
+
+
+def check_threshold_rule(rule: str) -> str:
+    """``rule`` when it is one of `THRESHOLD_RULES`, else a ValueError naming them."""
+    if rule in ("mean-f1", "calibrated-0.5"):
+        return rule
+    head, at, rate = str(rule).partition("@")
+    try:
+        ok = head == "false-alarm" and at == "@" and 0.0 <= float(rate) <= 1.0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"threshold rule must be one of {THRESHOLD_RULES} (R in [0, 1]), got {rule!r}")
+    return rule
+
+
 def transfer_threshold(
     probs: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray], rule: ThresholdRule = "mean-f1"
 ) -> float:
@@ -252,12 +274,16 @@ def transfer_threshold(
         labels: source -> ``[n_s]`` their labels.
         rule: ``"mean-f1"``: the candidate (a validation probability) with the highest mean F1 over
             the sources that have a hallucinated example, ties to the higher threshold;
-            ``"calibrated-0.5"``: 0.5.
+            ``"calibrated-0.5"``: 0.5; ``"false-alarm@R"``: the lowest threshold whose false-alarm
+            rate (the share of supported answers flagged), averaged over the sources, is at most ``R``
+            (`false_alarm_threshold`), so that a user scoring one answer at a time is not told
+            "hallucinated" about most supported answers.
     """
+    check_threshold_rule(rule)
     if rule == "calibrated-0.5":
         return 0.5
-    if rule != "mean-f1":
-        raise ValueError(f"threshold rule must be 'mean-f1' or 'calibrated-0.5', got {rule!r}")
+    if rule.startswith("false-alarm@"):
+        return false_alarm_threshold(probs, labels, float(rule.partition("@")[2]))
     names = [n for n in probs if np.asarray(labels[n]).sum() > 0]
     if not names:
         raise ValueError("transfer_threshold needs a hallucinated validation example")
@@ -267,6 +293,31 @@ def transfer_threshold(
     mean_f1 = np.array([np.mean([f1_at(probs[n], labels[n], t) for n in names]) for t in cands])
     best = np.flatnonzero(mean_f1 >= mean_f1.max() - 1e-12)
     return float(cands[best[-1]])
+
+
+def false_alarm_threshold(
+    probs: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray], rate: float
+) -> float:
+    """The lowest threshold whose mean false-alarm rate over the sources stays at most ``rate``.
+
+    The false-alarm rate of a source is the share of its supported answers with probability at or
+    above the threshold; sources without supported answers are left out. Candidates are the validation
+    probabilities (and 1), so the lowest one that qualifies keeps every hallucinated answer it can.
+
+    Raises:
+        ValueError: ``rate`` outside [0, 1], or no source has a supported answer.
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"the false-alarm rate must lie in [0, 1], got {rate}")
+    neg = [np.asarray(probs[s], np.float64)[np.asarray(labels[s]) == 0] for s in probs]
+    neg = [n for n in neg if n.size]
+    if not neg:
+        raise ValueError("a false-alarm threshold needs supported validation answers")
+    cands = np.unique(np.concatenate([*(np.asarray(p, np.float64) for p in probs.values()), [1.0]]))
+    for t in cands:  # ascending: the first that keeps the mean rate within bounds
+        if np.mean([np.mean(n >= t) for n in neg]) <= rate + 1e-12:
+            return float(t)
+    return 1.0
 
 
 def expected_f1_threshold(probs: np.ndarray) -> float:
