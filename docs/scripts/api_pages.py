@@ -67,6 +67,7 @@ PAGES: dict[str, tuple[str, list[tuple[str, list[str]]]]] = {
         "Features, published detectors, probe training and evaluation (CLI `halluprobe`).",
         [
             ("Saved detectors", ["Detector", "Prediction", "PredictedSpan", "load"]),
+            ("The fine-tuned reader", ["Reader"]),
             ("A general detector from several sources", ["train_general", "fit_general", "GeneralFit"]),
             (
                 "Extraction",

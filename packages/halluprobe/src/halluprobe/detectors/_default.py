@@ -51,7 +51,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Any:
     """A saved detector, or the default one (the packaged general detector) when ``path`` is None.
 
     A folder holds a probe [`Detector`][halluprobe.Detector] or a fine-tuned
-    [`Reader`][halluprobe.reader.Reader]; both predict, stream and serve alike.
+    [`Reader`][halluprobe.Reader]; both predict, stream and serve alike.
 
     Args:
         path: A detector folder ([`Detector.save`][halluprobe.Detector.save]); None: the default
@@ -80,7 +80,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Any:
 def _load_folder(folder: Path):
     """The detector in ``folder``: a probe or a fine-tuned reader.
 
-    A [`Reader`][halluprobe.reader.Reader] when its ``detector.json`` says ``"kind": "reader"``, else a
+    A [`Reader`][halluprobe.Reader] when its ``detector.json`` says ``"kind": "reader"``, else a
     [`Detector`][halluprobe.Detector].
     """
     from halluprobe.detectors._detector_file import read_document

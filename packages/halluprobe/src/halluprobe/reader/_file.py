@@ -170,7 +170,7 @@ def _check_tensors(tensors: dict, spec: AdapterSpec, width: int, where: str) -> 
 
 
 def load_reader(cls, path: Path):
-    """[`Reader.load`][halluprobe.reader.Reader.load]."""
+    """[`Reader.load`][halluprobe.Reader.load]."""
     from safetensors import SafetensorError
     from safetensors.torch import load as load_tensors
 

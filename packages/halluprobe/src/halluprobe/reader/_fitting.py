@@ -139,7 +139,7 @@ def _device(device: str | None) -> str:
 
 
 def fit_reader_estimator(est, X: Any, y: Any, validation: Any, sources: Any):
-    """[`Reader.fit`][halluprobe.reader.Reader.fit] (its arguments)."""
+    """[`Reader.fit`][halluprobe.Reader.fit] (its arguments)."""
     from flashstats_hf import load_model
 
     from halluprobe.reader._train import fit_reader

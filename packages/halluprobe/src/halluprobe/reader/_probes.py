@@ -71,7 +71,7 @@ def probe_comparison(
     """``{"frozen": {set: {auroc, auroc_ci, n}}, "adapted": {...}}`` on ``examples``' test split.
 
     Args:
-        reader: A fitted [`Reader`][halluprobe.reader.Reader]; its proxy (``reader.proxy``) is the
+        reader: A fitted [`Reader`][halluprobe.Reader]; its proxy (``reader.proxy``) is the
             frozen model, its adapted proxy the other.
         examples: `halubench_data.Example` with train, validation and test splits.
         feature_sets: The probes (``"A7"``, ``"H64"``, ``"A7H64"``, ...).

@@ -28,9 +28,19 @@ class Reader(ClassifierMixin, BaseEstimator):
 
     Args:
         proxy: Proxy id for [`flashstats_hf.load_model`][] (None: the default SmolLM2).
-        rank, alpha, dropout, learning_rate, head_learning_rate, epochs, max_batch_tokens, pool,
-            token_weight, evals_per_epoch, patience, seed: the fine-tuning's settings
-            (`halluprobe.reader.ReaderSettings`; ``seed`` also seeds the validation split).
+        rank: Adapter rank (this and the parameters down to ``seed`` are the fine-tuning's
+            `halluprobe.reader.ReaderSettings`).
+        alpha: Adapter alpha.
+        dropout: Dropout on the adapters' input.
+        learning_rate: Learning rate of the adapters.
+        head_learning_rate: Learning rate of the token head.
+        epochs: Most passes over the training answers.
+        max_batch_tokens: Most padded tokens per batch.
+        pool: Pooling of the example loss (``max``, ``noisy-or``, ``mean``).
+        token_weight: Weight of the token loss.
+        evals_per_epoch: Validation passes per epoch.
+        patience: Passes without improvement before training stops.
+        seed: Seed of the fine-tuning and of the validation split.
         anchor: Mix the zero-fit overlap score in, its weight chosen on validation (``w = 1`` allowed).
         threshold_rule: ``"false-alarm@R"`` (the lowest threshold whose mean validation false-alarm
             rate over sources is at most ``R``), ``"mean-f1"`` or ``"calibrated-0.5"``

@@ -3,7 +3,7 @@
 [`halluprobe.StreamingScorer`][] given a reader builds a `ReaderStreamingScorer`: the same ``follow``
 and ``generate``, with the proxy's KV cache in place of the statistics recorder. Each update reads only
 the new tokens; the running probability is the reader's on the answer so far, and once the answer is
-complete it equals [`Reader.predict_text`][halluprobe.reader.Reader.predict_text] up to float round-off.
+complete it equals [`Reader.predict_text`][halluprobe.Reader.predict_text] up to float round-off.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class ReaderCache:
 
 
 class ReaderStreamingScorer(StreamingScorer):
-    """[`StreamingScorer`][halluprobe.StreamingScorer] of a [`Reader`][halluprobe.reader.Reader]."""
+    """[`StreamingScorer`][halluprobe.StreamingScorer] of a [`Reader`][halluprobe.Reader]."""
 
     def _recorder(self, prompt_len: int) -> ReaderCache:
         ext, head = self.detector._model_head(self.device)

@@ -1,7 +1,7 @@
 """The reader in leave-one-source-out transfer: one fine-tuning per held-out source, then two table rows.
 
 `fold_scores` fine-tunes a reader for every held-out source on the other sources' training splits
-(early-stopped on their validation splits, exactly as [`Reader.fit`][halluprobe.reader.Reader.fit]
+(early-stopped on their validation splits, exactly as [`Reader.fit`][halluprobe.Reader.fit]
 does) and keeps its raw score, the pooled token logit, on the examples the table reads: the others'
 validation splits (calibration, threshold, anchor weight) and the held-out source. `reader_fitter`
 turns those scores into the rows ``reader`` (the reader alone) and ``O+reader`` (mixed with the
@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from halluprobe.reader._settings import ReaderSettings
+
 __all__ = ["fold_scores", "read_fold_scores", "reader_fitter", "write_fold_scores"]
 
 READER_ROWS = ("reader", "O+reader")
@@ -27,7 +29,7 @@ READER_ROWS = ("reader", "O+reader")
 
 def fold_scores(
     examples: Sequence[Any],
-    settings,
+    settings: ReaderSettings,
     *,
     proxy: str | None = None,
     device: str | None = None,
