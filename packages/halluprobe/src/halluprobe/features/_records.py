@@ -142,7 +142,19 @@ def head_series(fs, b: int, length: int) -> torch.Tensor:
 
 
 def _sink_topk(fs, b: int) -> torch.Tensor:
-    """``[NL, H, MAX_SINKS]`` the largest ``c̄_j`` over real keys, descending (zero-padded)."""
+    """``[NL, H, MAX_SINKS]`` the largest ``c̄_j`` over real keys, descending (zero-padded).
+
+    Read from the columns the forward reduced (``fs.column_topk``), or from the full column means when
+    the forward kept them; both give the same values.
+    """
+    if fs.column_topk is not None:
+        top = fs.column_topk.values[b].float().cpu()
+        if top.shape[-1] < MAX_SINKS:
+            raise ValueError(
+                f"the forward kept {top.shape[-1]} column means per head; the sink values need "
+                f"{MAX_SINKS} (record_forward(..., column_topk={MAX_SINKS}) or more)"
+            )
+        return top[..., :MAX_SINKS].contiguous()
     if fs.columns is None:
         raise ValueError("ForwardStats needs columns (T3) for the sink values")
     mean = fs.columns.mean[b].float().cpu()
