@@ -13,6 +13,7 @@ from flashstats_hf.formatting import Batch, collate, format_example, format_prom
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_SCALAR_NAMES, LOGIT_STAT_NAMES, TOP_RANKS, logit_statistics
+from flashstats_hf.plain_graph import GraphedForward
 from flashstats_hf.pooling import COLUMN_TOPK, POOL_NAMES, column_topk, pool_tokens
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
 from flashstats_hf.types import ColumnTopK, ForwardStats
@@ -37,6 +38,7 @@ __all__ = [
     "ColumnTopK",
     "ForwardStats",
     "GraphedDecodeStep",
+    "GraphedForward",
     "GraphedRecorder",
     "PooledStats",
     "collate",
