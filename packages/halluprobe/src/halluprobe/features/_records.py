@@ -8,7 +8,7 @@ context length, so a dataset's records fit a cache of shards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -167,6 +167,32 @@ def _sink_topk(fs, b: int) -> torch.Tensor:
     return top
 
 
+def on_host(fs: ForwardStats) -> ForwardStats:
+    """``fs`` with every tensor a record reads copied to the CPU at once (one copy per tensor).
+
+    Reducing a batch example by example from the GPU reads each statistic back once per example and waits
+    on the device each time; after this the per-example work only slices host memory. The dense blocks
+    (T4) stay where they are. A ForwardStats already on the CPU comes back as it is.
+    """
+    if fs.answer_len.device.type == "cpu":
+        return fs
+
+    def host(family):
+        if family is None:
+            return None
+        return type(family)(*(getattr(family, f.name).cpu() for f in fields(family)))
+
+    def cpu(x):
+        return None if x is None else x.cpu()
+
+    return replace(
+        fs, rows=host(fs.rows), lookups=host(fs.lookups), columns=host(fs.columns),
+        column_topk=host(fs.column_topk), logit_stats=cpu(fs.logit_stats), hidden=cpu(fs.hidden),
+        answer_mask=fs.answer_mask.cpu(), answer_len=fs.answer_len.cpu(), prompt_len=fs.prompt_len.cpu(),
+        key_mask=fs.key_mask.cpu(), response_start=cpu(fs.response_start),
+    )  # fmt: skip
+
+
 def reduce_forward(
     fs: ForwardStats, ids: list[str], mtopdiv: torch.Tensor | None = None
 ) -> list[ExampleRecord]:
@@ -181,6 +207,7 @@ def reduce_forward(
     Returns:
         ``B`` records in batch order.
     """
+    fs = on_host(fs)
     n = int(fs.answer_len.shape[0])
     if len(ids) != n:
         raise ValueError(f"reduce_forward needs one id per example: {n} examples, {len(ids)} ids")
