@@ -129,6 +129,20 @@ def check_reached(planned: Iterable[int], reached: set[int], model: object) -> N
         )
 
 
+def _joined(prompt: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+    """The layer's ``[B, Hq, L, D]`` output from its prompt and answer rows, stored token-major.
+
+    The attention interface hands Transformers ``out.transpose(1, 2).contiguous()``: storing the rows as
+    ``[B, L, Hq, D]`` (as SDPA's own output is) makes that a view, so the two parts are copied once, where
+    a concatenation followed by that transpose would copy the whole output twice.
+    """
+    b, h, p, d = prompt.shape
+    out = torch.empty(b, p + answer.shape[2], h, d, dtype=answer.dtype, device=answer.device).transpose(1, 2)
+    out[:, :, :p] = prompt
+    out[:, :, p:] = answer
+    return out
+
+
 @dataclass
 class Recorder:
     """Context manager that makes the ``"attnstats"`` attention score the planned layers."""
@@ -236,7 +250,7 @@ class Recorder:
         )
         self.results[layer_idx] = self._reduced(self._answer_aligned(result))
         self._keep_dense(layer_idx, query, key, scale=scale, softcap=softcap, window=window)
-        return torch.cat([out_prompt, result.out], dim=2)
+        return _joined(out_prompt, result.out)
 
     def _score_packed(self, layer_idx, query, key, value, *, scale, softcap, window) -> torch.Tensor:
         """Packed split: prompt rows within documents, every answer row in one call; ``[1, Hq, T, D]``."""
