@@ -13,7 +13,8 @@ run by ``paper_j_fig1.py --extras`` after its Figure 1 curve (same model) or alo
    outputs concatenated); with row statistics (T1); with lookups (T2); with every statistic (T3). Their
    differences give the split, the row statistics, the lookups and the column pass. One attention call of
    the same shape (``do_bench``): SDPA over all L rows; SDPA over the P prompt rows; our kernel on the R
-   answer rows (Base, T1, T2, all); the concatenation. Launch and host cost: eager minus graphed.
+   answer rows (Base, T1, T2, all); joining the two outputs (and, for comparison, the earlier
+   concatenation plus transposed copy). Launch and host cost: eager minus graphed.
 3. **The graphed plain forward**, captured under ``"sdpa"`` (Transformers builds the dense L x L mask while
    capturing) beside `flashstats_hf.GraphedForward` (``"attnstats"``: SDPA causal, no mask), up to 16K.
 
@@ -78,11 +79,11 @@ def memory(dev, csv: LongCsv, model, deadline: Deadline, lengths, answers) -> No
         for rows, full in [(r, False) for r in answers] + [(answers[1], True)]:
             fn = _ours(model, ids, rows, full_columns=full)
             mib = dev.peak(fn)
-            kib = stats_bytes(fn()) / rows / 1024
+            kib = stats_bytes(fn()) / rows / 1024 if rows == answers[1] else None
             mode = "ours_full_columns" if full else "ours"
             extra = None if mib is None or plain is None else mib - plain
             csv.add(section="memory", L=length, R=rows, mode=mode, extra_peak_mib=_mib(extra),
-                    stats_kib_per_token=f"{kib:.2f}")  # fmt: skip
+                    stats_kib_per_token="" if kib is None else f"{kib:.2f}")  # fmt: skip
         print(f"memory L={length} done", flush=True)
 
 
@@ -127,11 +128,17 @@ def layer_parts(dev, length: int, rows: int, tiers: dict) -> dict[str, float]:
     def sdpa(qq, kk, vv):
         return F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
 
+    from flashstats_hf._recorder import _joined
+
     prompt, answer = sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p]), q[:, :, p:]
+    rows_out = answer.contiguous()  # the answer rows' output as the kernel returns it ([B, Hq, R, D])
     parts = {
         "sdpa_all_rows": lambda: sdpa(q, k, v),
         "sdpa_prompt_rows": lambda: sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p]),
-        "concat": lambda: torch.cat([prompt, answer], 2),
+        # what Transformers receives: the concatenation, then its transpose made contiguous (the earlier
+        # split layer), against the token-major join the recorder uses now (one copy)
+        "concat": lambda: torch.cat([prompt, rows_out], 2).transpose(1, 2).contiguous(),
+        "join": lambda: _joined(prompt, rows_out).transpose(1, 2).contiguous(),
     }
     for name, req in tiers.items():
         parts[f"answer_rows_{name}"] = lambda req=req: response_attention(answer, k, v, request=req)
@@ -204,7 +211,8 @@ def breakdown_table(csv, rows: int = ROWS) -> str:
     whole, layer = _rows(csv, "breakdown"), _rows(csv, "layer")
     head = ["L", "plain ms", "Base +%", "T1 +%", "T2 +%", "all +%", "split (Base - plain) ms",
             "row stats ms", "lookups ms", "column pass ms", "per layer: SDPA all rows ms",
-            "SDPA prompt rows + answer rows (Base) + concat ms", "concat ms",
+            "SDPA prompt rows + answer rows (Base) + join ms", "concat + transpose ms (before)",
+            "join ms (now)",
             "answer rows T1 / T2 / all ms"]  # fmt: skip
     out = []
     for length in sorted({k[0] for k in whole}):
@@ -216,12 +224,13 @@ def breakdown_table(csv, rows: int = ROWS) -> str:
         pct = [
             f"{100 * (ms[m] / ms['plain'] - 1):+.1f}" for m in ("ours_base", "ours_t1", "ours_t2", "ours_t3")
         ]
-        split = lay.get("sdpa_prompt_rows", 0) + lay.get("answer_rows_base", 0) + lay.get("concat", 0)
+        split = lay.get("sdpa_prompt_rows", 0) + lay.get("answer_rows_base", 0) + lay.get("join", 0)
         tiers = " / ".join(f"{lay.get(f'answer_rows_{t}', float('nan')):.3f}" for t in ("t1", "t2", "t3"))
         out.append([length, f"{ms['plain']:.1f}", *pct, f"{ms['ours_base'] - ms['plain']:.1f}",
                     f"{ms['ours_t1'] - ms['ours_base']:.1f}", f"{ms['ours_t2'] - ms['ours_t1']:.1f}",
                     f"{ms['ours_t3'] - ms['ours_t2']:.1f}", f"{lay.get('sdpa_all_rows', float('nan')):.3f}",
-                    f"{split:.3f}", f"{lay.get('concat', float('nan')):.3f}", tiers])  # fmt: skip
+                    f"{split:.3f}", f"{lay.get('concat', float('nan')):.3f}",
+                    f"{lay.get('join', float('nan')):.3f}", tiers])  # fmt: skip
     return markdown_table(head, out)
 
 
@@ -258,7 +267,8 @@ def report(out: Path, csv, smoke: bool, answers=ANSWERS, rows: int = ROWS) -> No
         "statistic (Base: the split layer), then adding the row statistics, the lookups and the column pass; "
         "differences in ms per forward. Per layer: one attention call of the same shape (`do_bench`, "
         "L2 flushed), SDPA over all rows against the split (SDPA on the prompt rows, our kernel on the "
-        "answer rows, the concatenation).\n\n"
+        "answer rows, the join of the two outputs into the layout Transformers reads; before, a "
+        "concatenation and a transposed copy).\n\n"
     )
     text += breakdown_table(csv, rows)
     text += (
