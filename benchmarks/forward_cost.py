@@ -87,8 +87,12 @@ def memory(dev, csv: LongCsv, model, deadline: Deadline, lengths, answers) -> No
         print(f"memory L={length} done", flush=True)
 
 
-def breakdown(dev, csv: LongCsv, model, deadline: Deadline, lengths, rows: int, reps: int = 2) -> None:
-    """Section 2: whole forwards per tier, then one attention call's parts, at each length."""
+def breakdown(dev, csv: LongCsv, model, deadline: Deadline, lengths, rows: int) -> None:
+    """Section 2: whole forwards per tier, then one attention call's parts, at each length.
+
+    Each forward is timed after one warm-up, as the median of two runs below 32K tokens and one above
+    (a 36-layer forward then lasts 1.5 s or more).
+    """
     from flashstats_kernels import StatsRequest
 
     tiers = {
@@ -101,7 +105,7 @@ def breakdown(dev, csv: LongCsv, model, deadline: Deadline, lengths, rows: int, 
         if deadline.over():
             return
         ids = torch.randint(0, model.config.vocab_size, (1, length), device=dev.type)
-        key = dict(section="breakdown", L=length, R=rows)
+        key, reps = dict(section="breakdown", L=length, R=rows), 1 if length >= 32768 else 2
         csv.add(**key, mode="plain", ms=f"{dev.wall_ms(_plain(model, ids), reps):.3f}")
         for name, req in tiers.items():
             csv.add(
