@@ -34,9 +34,10 @@ ANSWERS = (256, 512, 1024)
 """Answer lengths of the memory fit."""
 ROWS = 512
 """Answer length of the breakdown."""
-MEMORY_LENGTHS = (2048, 8192, 16384, 32768, 35840)
-BREAKDOWN_LENGTHS = (8192, 16384, 32768, 35840)
-CAPTURE_LENGTHS = (2048, 8192, 16384)
+MEMORY_LENGTHS = (2048, 35840, 8192, 32768, 16384)
+BREAKDOWN_LENGTHS = (32768, 35840, 16384, 8192)
+CAPTURE_LENGTHS = (8192, 16384, 2048)
+"""Each section runs its lengths in this order (the most telling first) while its budget lasts."""
 SMOKE = dict(answers=(8, 16, 24), rows=16, memory=(96,), breakdown=(96,))
 """Tiny shapes of a CPU smoke run (no memory peaks, no CUDA graphs)."""
 PAPER_KIB_PER_TOKEN = 28.0
