@@ -286,17 +286,20 @@ def report(out: Path, csv, smoke: bool, answers=ANSWERS, rows: int = ROWS) -> No
     (out / "forward_cost.md").write_text(text)
 
 
-def extras(dev, model, out: Path, seconds: float) -> None:
-    """The three sections under one budget (memory first), then the report."""
+def extras(dev, model, out: Path, seconds: float, only: str | None = None) -> None:
+    """The three sections under one budget (memory first), or ``only`` one of them, then the report."""
     csv = LongCsv(out / "forward_cost.csv", FIELDS)
     deadline = Deadline(seconds)
     start = time.monotonic()
     shapes = dict(answers=ANSWERS, rows=ROWS, memory=MEMORY_LENGTHS, breakdown=BREAKDOWN_LENGTHS)
     shapes = shapes if dev.cuda else SMOKE
-    memory(dev, csv, model, Deadline(0.3 * seconds), shapes["memory"], shapes["answers"])
-    part = Deadline(deadline.end - time.monotonic() - 0.15 * seconds)
-    breakdown(dev, csv, model, part, shapes["breakdown"], shapes["rows"])
-    if dev.cuda:
+    if only in (None, "memory"):
+        share = deadline if only else Deadline(0.3 * seconds)
+        memory(dev, csv, model, share, shapes["memory"], shapes["answers"])
+    if only in (None, "breakdown"):
+        part = deadline if only else Deadline(deadline.end - time.monotonic() - 0.15 * seconds)
+        breakdown(dev, csv, model, part, shapes["breakdown"], shapes["rows"])
+    if dev.cuda and only in (None, "capture"):
         captured_plain(dev, csv, model, deadline)
     csv.close()
     report(out, csv, not dev.cuda, shapes["answers"], shapes["rows"])
@@ -308,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--report-only", type=Path, help="redraw forward_cost.md from this CSV")
+    ap.add_argument("--only", choices=("memory", "breakdown", "capture"), help="run this section alone")
     args = ap.parse_args(argv)
     if args.report_only:
         report(args.out, LoadedCsv(args.report_only, ints=()), False)
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     from paper_j_fig1 import Device, build
 
     dev = Device(not torch.cuda.is_available())
-    extras(dev, build(dev, 36), args.out, args.budget)
+    extras(dev, build(dev, 36), args.out, args.budget, args.only)
 
 
 if __name__ == "__main__":
