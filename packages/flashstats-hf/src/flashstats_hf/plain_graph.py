@@ -77,8 +77,8 @@ class GraphedForward:
             input_ids: [1, L] integer token ids, no padding.
 
         Returns:
-            ``[1, L, Dm]`` last hidden state of the body (a view of the graph's static output: the next
-            call of the same length overwrites it; clone it to keep it).
+            torch.Tensor: ``[1, L, Dm]``, the body's last hidden state; a view of the graph's static output,
+            which the next call of the same length overwrites (clone it to keep it).
         """
         from flashstats_hf.graphs import check_graph_input
 

@@ -54,8 +54,8 @@ def column_topk(mean: torch.Tensor, keep: torch.Tensor | None, k: int) -> Column
         k: how many to keep (>= 1).
 
     Returns:
-        [`ColumnTopK`][flashstats_hf.types.ColumnTopK] of ``[B, Hq, k]`` tensors: where an example has fewer
-        than ``k`` real keys, the slots past them hold value 0 and index -1.
+        ColumnTopK: ``[B, Hq, k]`` values and key positions; where an example has fewer than ``k`` real
+        keys, the slots past them hold value 0 and index -1.
     """
     b, h, length = mean.shape
     masked = mean if keep is None else torch.where(keep[:, None, :], mean, float("-inf"))
