@@ -8,7 +8,9 @@ class that Triton specialises the same way (integer arguments are specialised on
 divisibility by 16), so each specialisation compiles once and every further configuration reuses it.
 Tile configurations are pinned (``FLASHSTATS_CONFIG_INDEX``, candidate 0 unless set, as the GPU tests
 do) so no configuration pays for autotuning. The Triton backend's every output is compared with
-``naive_response_attention`` in float64. The worst error per statistic, its seed, and every
+``naive_response_attention`` in float64 under one rule (`RULE`, FlashAttention's convention): its error
+is at most 8 times the error of the same computation done in the precision of that output, plus a floor
+of four epsilons at the output's scale. The worst error per statistic, its seed, and every
 configuration's row go to ``kernel_fuzz_<device>.csv`` and a summary to ``kernel_fuzz_<device>.md``
 (date, device, torch and triton versions, configurations reached, time spent compiling).
 
@@ -20,7 +22,7 @@ On a CPU (Triton's interpreter, a smoke run)::
 
     TRITON_INTERPRET=1 uv run python benchmarks/kernel_fuzz.py --n 5 --out-dir /tmp/fuzz
 
-The exit status is 1 when any configuration exceeds its tolerance (listed in the summary).
+The exit status is 1 when any configuration breaks the rule (listed in the summary).
 """
 
 from __future__ import annotations
@@ -38,13 +40,23 @@ from pathlib import Path
 
 import torch
 
-# Tolerances (atol, rtol) of the statistics (fp32 accumulation of exactly upcast inputs) and of `out`
-# per input dtype (the output is rounded to that dtype).
-STAT_TOL = (5e-5, 5e-5)
-OUT_TOL = {torch.float32: (2e-5, 2e-5), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-COND_ULPS = 8
-"""fp32 ulps of the largest score added to every tolerance (see `check`)."""
+MULTIPLE = 8.0
+"""The rule's multiple of the error of the same computation in the output's precision. FlashAttention's
+tests use 2 for its output; our statistics also pass through log2-domain conversions of the LSE and a
+recomputed score (T2, T3), which cost up to about 6x the materialised fp32 error in a pilot of 24
+configurations on the interpreter, so the rule allows 8x."""
+FLOOR_EPS = 4.0
+"""The rule's absolute floor, in units of the output dtype's epsilon at the output's largest magnitude."""
+RULE = (
+    "for every output tensor, max |ours - fp64| <= 8 x max |same - fp64| "
+    "+ 4 eps(dtype) x max(1, max |fp64|), "
+    "where `same` is the reference computation (materialised scores, softmax, weighted sum and statistics) "
+    "run in the precision the kernel returns that output in: `out` in the input dtype (FlashAttention's "
+    "convention), the LSE and every statistic in float32 (they are float32 outputs of exactly upcast "
+    "inputs), and eps(dtype) is that dtype's machine epsilon; non-finite values must match fp64 exactly"
+)
+"""The one tolerance rule every configuration is checked against (also printed in the summary)."""
 SIZE_KINDS = ("odd", "odd", "odd", "aligned", "one_row")
 """Size classes: ``odd`` lengths (neither 1 nor a multiple of 16), ``aligned`` (multiples of 16),
 ``one_row`` (``R = 1``, odd ``L``)."""
@@ -210,49 +222,83 @@ def _named(result) -> dict[str, torch.Tensor]:
     return named
 
 
-def score_max(q: torch.Tensor, k: torch.Tensor, scale: float | None, softcap: float | None) -> float:
-    """``max |s_ij|`` of a configuration's scaled (soft-capped) scores, in float64."""
-    group = q.shape[1] // k.shape[1]
-    s = torch.einsum("bhrd,bhld->bhrl", q.double(), k.double().repeat_interleave(group, dim=1))
-    s = s * (q.shape[-1] ** -0.5 if scale is None else scale)
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    return float(s.abs().max()) if s.numel() else 0.0
+def same_precision(q, k, v, kw: dict, request, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The reference computation of every output run in ``dtype`` (the rule's ``same``).
+
+    Scores, LSE, weights and the weighted sum are materialised in ``dtype`` (``torch.einsum`` accumulates
+    as the framework does for that dtype), then the statistics follow from those weights with the
+    readable reference's own formulas, in ``dtype`` too.
+    """
+    from flashstats_kernels._problem import check_problem, normalize_sink_positions
+    from flashstats_kernels.ops.columns.naive import naive_columns_from_probs
+    from flashstats_kernels.ops.forward.naive import naive_row_stats, naive_visibility
+    from flashstats_kernels.ops.lookups.naive import naive_lookups_from_probs
+
+    pb = check_problem(q, k, v, key_mask=kw.get("key_mask"), prompt_len=kw["prompt_len"], scale=kw["scale"],
+                       softcap=kw["softcap"], window=kw["window"])  # fmt: skip
+    qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+    s = torch.einsum("bhrd,bhld->bhrl", qd, kd.repeat_interleave(pb.group, dim=1)) * pb.scale
+    if pb.softcap is not None:
+        s = pb.softcap * torch.tanh(s / pb.softcap)
+    visible = naive_visibility(pb.batch, pb.rows, pb.keys, key_mask=pb.key_mask, window=pb.window,
+                               device=q.device)  # fmt: skip
+    masked = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(masked, dim=-1)
+    weighted = visible & (lse != float("-inf"))[..., None]
+    p = torch.where(weighted, torch.exp(masked - lse[..., None]), torch.zeros_like(s))
+    named = {"out": torch.einsum("bhrl,bhld->bhrd", p, vd.repeat_interleave(pb.group, dim=1)), "lse": lse}
+    parts = []
+    if request.rows:
+        parts.append(naive_row_stats(p, s, lse, visible, pb.prompt_len))
+    if request.lookups:
+        sinks = normalize_sink_positions(request.sink_positions, pb.batch, q.device)
+        parts.append(naive_lookups_from_probs(p, s, lse, visible, prompt_len=pb.prompt_len,
+                                              sink_positions=sinks, diag_eps=request.diag_eps))  # fmt: skip
+    if request.columns:
+        parts.append(naive_columns_from_probs(p, visible, key_mask=pb.key_mask, prompt_len=pb.prompt_len))
+    for part in parts:
+        named.update({f.name: getattr(part, f.name) for f in dataclasses.fields(part)})
+    return named
 
 
-def check(cfg: Config, device: str) -> tuple[dict[str, float], float, float]:
-    """``(scaled errors, worst at the fixed tolerance, max |s|)`` of one configuration.
+def _max_error(have: torch.Tensor, want: torch.Tensor, fin: torch.Tensor) -> float:
+    """``max |have - want|`` over ``fin`` (float64; NaN counts as infinite)."""
+    if not bool(fin.any()):
+        return 0.0
+    return float(torch.nan_to_num((have.double() - want)[fin].abs(), nan=float("inf")).max())
 
-    The tolerance of every output is ``atol + rtol |want|`` (`STAT_TOL`, `OUT_TOL`) plus what fp32
-    cannot resolve in the scores themselves: ``COND_ULPS * 2^-23 * max |s|`` per unit of the output
-    (``1 + |want|`` for the statistics, ``max |v|`` for ``out``). At scores up to 30 that term is at most
-    ``2.9e-5``; it matters only for extreme logits, where rounding ``s`` to fp32 alone moves every
-    weight by more than the fixed tolerance. Scaled errors: 1.0 = at the tolerance.
+
+def check(cfg: Config, device: str) -> tuple[dict[str, float], dict[str, float]]:
+    """``(scaled errors, errors)`` of one configuration under `RULE`, per output.
+
+    A scaled error is ``max |ours - fp64| / (MULTIPLE * max |same - fp64| + floor)``: 1.0 is at the
+    rule's bound, above it the configuration fails; ``inf`` when non-finite values differ from fp64.
+    ``errors`` holds ``max |ours - fp64|`` and ``max |same - fp64|`` (keys ``<name>`` and ``<name>_same``).
     """
     import flashstats_kernels as fk
 
     (q, k, v), kw, request = inputs(cfg, device)
     got = _named(fk.response_attention(q, k, v, request=request, backend="triton", **kw))
     ref = _named(fk.naive_response_attention(q.double(), k.double(), v.double(), request=request, **kw))
-    smax = score_max(q, k, kw["scale"], kw["softcap"])
-    cond, vmax = COND_ULPS * 2.0**-23 * smax, float(v.double().abs().max()) if v.numel() else 0.0
-    row: dict[str, float] = {}
-    fixed = 0.0
+    same = {"out": same_precision(q, k, v, kw, request, q.dtype)["out"]}
+    same.update({n: t for n, t in same_precision(q, k, v, kw, request, torch.float32).items() if n != "out"})
+    scaled: dict[str, float] = {}
+    errors: dict[str, float] = {}
     for name, want in ref.items():
-        have = got[name].double()
-        atol, rtol = OUT_TOL[q.dtype] if name == "out" else STAT_TOL
+        have = got[name]
         if not torch.equal(torch.isnan(have), torch.isnan(want)):
-            row[name] = fixed = float("inf")  # a NaN where the reference has none, or the reverse
+            scaled[name] = float("inf")  # a NaN where the reference has none, or the reverse
             continue
         fin = torch.isfinite(want) & torch.isfinite(have)
-        if not torch.equal(have[~fin].nan_to_num(0.0), want[~fin].nan_to_num(0.0)):
-            row[name] = fixed = float("inf")  # infinities differ
+        if not torch.equal(have[~fin].double().nan_to_num(0.0), want[~fin].nan_to_num(0.0)):
+            scaled[name] = float("inf")  # infinities differ
             continue
-        diff, base = (have - want).abs()[fin], (atol + rtol * want.abs())[fin]
-        extra = cond * (vmax if name == "out" else 1.0 + want.abs()[fin])
-        row[name] = float((diff / (base + extra)).max()) if diff.numel() else 0.0
-        fixed = max(fixed, float((diff / base).max()) if diff.numel() else 0.0)
-    return row, fixed, smax
+        ours, theirs = _max_error(have, want, fin), _max_error(same[name], want, fin)
+        top = float(want[fin].abs().max()) if bool(fin.any()) else 0.0
+        floor = FLOOR_EPS * torch.finfo(have.dtype).eps * max(1.0, top)
+        scaled[name] = ours / (MULTIPLE * theirs + floor)
+        errors[name], errors[f"{name}_same"] = ours, theirs
+    return scaled, errors
 
 
 def _versions(device: str) -> str:
@@ -278,15 +324,15 @@ def run(
         first, _ = cfg.spec not in seen, seen.add(cfg.spec)
         t0 = time.perf_counter()
         try:
-            errs, fixed, smax = check(cfg, device)
+            errs, absolute = check(cfg, device)
             error = ""
         except Exception as exc:  # noqa: BLE001 - a crash is a finding, recorded with its seed
-            errs, fixed, smax = {}, float("inf"), float("nan")
+            errs, absolute = {}, {}
             error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         worst = max(errs.values(), default=float("inf") if error else 0.0)
         rows.append({**dataclasses.asdict(cfg), **{f"err_{k}": v for k, v in errs.items()},
+                     **{f"abs_{k}": f"{v:.3g}" for k, v in absolute.items()},
                      "worst": worst, "ok": worst <= 1.0 and not error, "error": error, "first": first,
-                     "worst_fixed_tol": fixed, "score_max": round(smax, 3),
                      "seconds": round(time.perf_counter() - t0, 3)})  # fmt: skip
     return rows, time.perf_counter() - start
 
@@ -322,7 +368,6 @@ def write(rows: list[dict], elapsed: float, out_dir: Path, device: str, requeste
         w.writerows(rows)
     stats = sorted({k for r in rows for k in r if k.startswith("err_")})
     seeds = f"seeds {rows[0]['seed']}..{rows[-1]['seed']}" if rows else "none"
-    tols = ", ".join(f"{str(d).removeprefix('torch.')} {a:g}" for d, (a, _) in OUT_TOL.items())
     first = {int(r["spec"]): float(r["seconds"]) for r in rows if r["first"]}
     later = sorted(float(r["seconds"]) for r in rows if not r["first"])
     pin = os.environ.get("FLASHSTATS_CONFIG_INDEX", "")
@@ -334,24 +379,25 @@ def write(rows: list[dict], elapsed: float, out_dir: Path, device: str, requeste
         f"{len(first)} of {n_specs} compile-time specialisations (tile candidate {pin or 'autotuned'}); "
         f"first configuration of each specialisation (compiles): {sum(first.values()):.1f} s in all; "
         f"the others: median {later[len(later) // 2] if later else 0.0:.3f} s each. Triton "
-        "backend against the fp64 reference. Errors are scaled by the tolerance (1.0 = at it): "
-        f"statistics atol = rtol = {STAT_TOL[0]}; `out` {tols}; plus {COND_ULPS} fp32 ulps of the largest "
-        "score per unit of output (`check`).",
+        "backend against the fp64 reference.",
         "",
-        "| output | configurations | worst scaled error | seed of the worst |",
-        "|---|---|---|---|",
+        f"**Rule** (`kernel_fuzz.RULE`): {RULE}. A configuration fails when any output is over its bound "
+        "(scaled error > 1, 1.0 = at the bound) or the kernel raises; the failure count below applies "
+        "exactly this rule.",
+        "",
+        "| output | configurations | worst scaled error | seed of the worst | its max abs error "
+        "| same-precision max abs error |",
+        "|---|---|---|---|---|---|",
     ]
     for s in stats:
         have = [r for r in rows if s in r]
         worst = max(have, key=lambda r: r[s])
-        lines.append(f"| {s.removeprefix('err_')} | {len(have)} | {worst[s]:.3g} | {worst['seed']} |")
+        name = s.removeprefix("err_")
+        lines.append(f"| {name} | {len(have)} | {worst[s]:.3g} | {worst['seed']} | "
+                     f"{worst.get(f'abs_{name}', '')} | {worst.get(f'abs_{name}_same', '')} |")  # fmt: skip
     failed = [r for r in rows if not r["ok"]]
-    over = [r for r in rows if float(r["worst_fixed_tol"]) > 1.0]
-    lines += ["", f"Failures: {len(failed)}."]
+    lines += ["", f"Failures under the rule: {len(failed)} of {len(rows)}."]
     lines += [f"- seed {r['seed']}: worst {r['worst']:.3g} {r['error']}" for r in failed[:50]]
-    lines += ["", f"Over the fixed tolerance alone (without the score term): {len(over)}."]
-    lines += [f"- seed {r['seed']}: {float(r['worst_fixed_tol']):.3g} of it, max |s| = {r['score_max']}"
-              for r in over[:50]]  # fmt: skip
     md = out_dir / f"kernel_fuzz_{tag}.md"
     md.write_text("\n".join(lines) + "\n")
     return md

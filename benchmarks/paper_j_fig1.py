@@ -23,9 +23,14 @@ Plain: Transformers' SDPA forward without features, eager and CUDA-graphed. Ours
 with every statistic on every head and layer (eager: the paper's setting) and ``GraphedRecorder``
 (graphed). Overheads: ours eager against plain eager; ours graphed against the faster plain forward.
 
+The graphed plain forward is `flashstats_hf.GraphedForward` (``"attnstats"``: SDPA with ``is_causal``); a
+capture under ``"sdpa"`` would make Transformers build a dense L x L mask (see `forward_cost.py`).
+
 Points run in priority order (the curve's endpoints first) while ``--budget`` seconds last; a point
-whose estimated cost exceeds what is left is skipped and listed. Writes ``paper_j.csv``,
-``paper_fig1.csv`` (long format, with date, GPU and versions), ``paper_j_fig1.md`` and
+whose estimated cost exceeds what is left is skipped and listed. ``--j-csv`` redraws the Appendix J
+table from an earlier run's ``paper_j.csv`` instead of measuring it again (the report says so);
+``--extras SECONDS`` then runs `forward_cost.py`'s sections on the same model (``forward_cost.md``).
+Writes ``paper_j.csv``, ``paper_fig1.csv`` (long format, with date, GPU and versions), ``paper_j_fig1.md`` and
 ``paper_fig1.png`` under ``--out``. ``--smoke`` runs tiny shapes on the CPU (no CUDA graphs) to check
 the script.
 """
@@ -39,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _perf import Deadline, LongCsv, command_line, markdown_table
+from _perf import Deadline, LoadedCsv, LongCsv, command_line, markdown_table
 
 PAPER_FIG1 = {2048: 16.0, 35840: 1.4}
 """Overheads the paper reports for Qwen3-8B (H100 NVL, real inputs, eager): 16 % at 2K, 1.4 % at 35K."""
@@ -340,8 +345,10 @@ def plot(curve: list[tuple[int, float, float]], rows: int, layers: int, path: Pa
     plt.close(fig)
 
 
-def report(out: Path, j: LongCsv, f1: LongCsv, notes: list[str], args: argparse.Namespace) -> None:
-    env = j.env
+def report(
+    out: Path, j: LongCsv | LoadedCsv, f1: LongCsv, notes: list[str], args: argparse.Namespace
+) -> None:
+    env = f1.env
     where = f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, {env['date']}"
     smoke = "**Smoke run: tiny shapes on the CPU; the numbers mean nothing.**\n\n" if args.smoke else ""
     text = (
@@ -391,6 +398,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--answer", type=int, default=512, help="answer tokens R of the Figure 1 points")
     ap.add_argument("--lengths", type=lambda s: tuple(int(x) for x in s.split(",")), default=FIG1_LENGTHS)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (no CUDA graphs)")
+    ap.add_argument(
+        "--j-csv", type=Path, help="take the Appendix J rows from this paper_j.csv (not measured)"
+    )
+    ap.add_argument(
+        "--extras", type=float, default=0.0, help="seconds for forward_cost.py's sections (0: none)"
+    )
     return ap.parse_args(argv)
 
 
@@ -409,18 +422,29 @@ def main(argv: list[str] | None = None) -> None:
         if mine:  # not a setting of the run (the table's command line lists FLASHSTATS_ settings)
             del os.environ["FLASHSTATS_PRECOMPILE_CANDIDATES"]
     args.out.mkdir(parents=True, exist_ok=True)
-    j = LongCsv(args.out / "paper_j.csv", ("B", "L", "R", "provider", "ms", "extra_peak_mib", "gap"))
+    notes: list[str] = []
+    if args.j_csv is not None:
+        j: LongCsv | LoadedCsv = LoadedCsv(args.j_csv, ints=("B", "L", "R"))
+        notes.append(
+            f"Appendix J: not measured in this run; its rows are those of {args.j_csv} ({j.env['date']})."
+        )
+    else:
+        j = LongCsv(args.out / "paper_j.csv", ("B", "L", "R", "provider", "ms", "extra_peak_mib", "gap"))
+        points, d, heads = (J_POINTS, 128, (32, 8)) if dev.cuda else (((1, 64, 16), (2, 48, 16)), 16, (4, 2))
+        share = Deadline(0.3 * max(deadline.end - time.monotonic(), 0))
+        notes += appendix_j(dev, j, share, points, d, heads)
+        j.close()
     f1 = LongCsv(args.out / "paper_fig1.csv", ("layers", "L", "R", "mode", "ms", "extra_peak_mib"))
-    points, d, heads = (J_POINTS, 128, (32, 8)) if dev.cuda else (((1, 64, 16), (2, 48, 16)), 16, (4, 2))
-    share = Deadline(0.3 * max(deadline.end - time.monotonic(), 0))
-    notes = appendix_j(dev, j, share, points, d, heads)
     model = build(dev, args.layers)
     lengths = args.lengths if dev.cuda else (96, 48)
     rows = args.answer if dev.cuda else 16
     notes += figure1(dev, f1, Deadline(deadline.end - time.monotonic() - 5), model, lengths, rows)
-    j.close()
     f1.close()
     report(args.out, j, f1, notes, args)
+    if args.extras > 0:
+        from forward_cost import extras
+
+        extras(dev, model, args.out, args.extras)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ one CUDA-graph replay per example (`flashstats_hf.GraphedRecorder`). 'full' comp
 as the eager path's early stop does). The 'forward only' rows time the recorded forward alone, so
 the host's share (records and scores) is the difference.
 
+'served call' rows time what ``halluprobe serve`` runs for a queue batch, ``pending_triples`` (the
+recorded forward, records, the batch's scores, each token's text and offsets, spans), on text triples of
+the same lengths, for the A7H64 detector and for the packaged detector (its probe and reads: the logit
+statistics and a second forward without the context, no attention statistic). A word-level tokenizer with
+a chat template stands in for SmolLM2's (the device machine has no weights); its 'forward only' row times
+the detector's recorded forward of the same batch.
+
     python benchmarks/serve_gpu.py --out $OUT/serve_gpu
 """
 
@@ -44,6 +51,63 @@ def smollm2_shaped(device: str) -> LlamaForCausalLM:
     cfg._attn_implementation = ATTN_IMPLEMENTATION
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).to(device, torch.bfloat16 if device == "cuda" else torch.float32).eval()
+
+
+def word_tokenizer(words: int = 40000):
+    """A word-level tokenizer (``w0 w1 ...``) with a ChatML-like template: SmolLM2's stand-in."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant"]
+    vocab = {w: i for i, w in enumerate([*special, *(f"w{i}" for i in range(words))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+    fast.chat_template = (
+        "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
+    )
+    return fast
+
+
+def served_rates(model, tokenizer, detectors: dict, n: int, length: int, answer: int, repeats: int,
+                 dev: str = "cuda") -> dict:  # fmt: skip
+    """Answers/s of ``pending_triples`` (the served call) and of the detector's forward alone."""
+    import flashstats_hf
+    from halluprobe.detectors._prediction import Item, pending_triples
+
+    g = np.random.default_rng(2)
+
+    def words(k: int) -> str:
+        return " ".join(f"w{i}" for i in g.integers(0, 40000, k))
+
+    context_words = length - answer - 16  # the template and the question take the rest
+    triples = [(words(context_words), words(8), words(answer)) for _ in range(n)]
+    real = flashstats_hf.load_model
+    flashstats_hf.load_model = lambda proxy=None, device=None: (model, tokenizer)  # the stand-in proxy
+    rates = {}
+    try:
+        for name, det in detectors.items():
+            ext = det.extractor(dev)
+            encoded = [ext.encode(Item(f"i{i}", *t)) for i, t in enumerate(triples)]
+            fns = {
+                f"served call, {name}": lambda det=det: pending_triples(
+                    det, triples, device="cuda", batch_size=n
+                ),
+                f"served call, {name}, forward only": lambda ext=ext, enc=encoded: ext.forward(enc),
+            }
+            for key, fn in fns.items():
+                fn()  # warm-up
+                sync(dev)
+                t = time.perf_counter()
+                for _ in range(repeats):
+                    fn()
+                sync(dev)
+                rates[key] = n * repeats / (time.perf_counter() - t)
+            print(f"served {name}: {len(encoded[0][0])} tokens, {rates}", flush=True)
+    finally:
+        flashstats_hf.load_model = real
+    return rates
 
 
 def sync(dev: str) -> None:
@@ -150,6 +214,13 @@ def main() -> None:
     runs.update({f"{k}, forward only": unscored(fn) for k, fn in forwards.items()})
     ref = eager_full()
     rates, agree = {}, {}
+    if dev == "cuda":
+        import halluprobe
+
+        served = {"A7H64": Detector.from_probe(fit, hidden_layers=HIDDEN), "packaged": halluprobe.load(None)}
+        rates.update(
+            served_rates(model, word_tokenizer(), served, args.batch, args.length, args.answer, args.repeats)
+        )
     for name, fn in runs.items():
         got = fn()  # warm-up (captures the graphs)
         if got is not None:  # the forward-only rows are not scored
@@ -200,6 +271,10 @@ def main() -> None:
              "| path | answers/s | max abs diff of p vs eager full |", "|---|---|---|"]  # fmt: skip
     lines += [f"| {k} | {v:.1f} | {f'{agree[k]:.1e}' if k in agree else ''} |" for k, v in rates.items()]
     lines.append("")
+    for name in ("A7H64", "packaged"):
+        if f"served call, {name}" in rates:
+            share = rates[f"served call, {name}"] / rates[f"served call, {name}, forward only"]
+            lines.append(f"served call, {name}: {share:.2f}x the forward-only rate (target >= 0.8x).")
     for kind in ("eager packed", "graph per example"):
         if f"{kind}, reads" in rates:
             whole = rates[f"{kind}, reads"] / rates[f"{kind}, full"]

@@ -90,9 +90,9 @@ def host_ms(fn, reps: int) -> float:
 
 
 def stats_bytes(stats) -> int:
-    """Bytes of the attention statistics tensors (rows, lookups, columns) of a result."""
+    """Bytes of the attention statistics tensors (rows, lookups, columns, reduced columns) of a result."""
     total = 0
-    for fam in (stats.rows, stats.lookups, stats.columns):
+    for fam in (stats.rows, stats.lookups, stats.columns, getattr(stats, "column_topk", None)):
         for v in vars(fam).values() if fam is not None else ():
             if isinstance(v, torch.Tensor):
                 total += v.numel() * v.element_size()
@@ -100,9 +100,20 @@ def stats_bytes(stats) -> int:
 
 
 def graphed_plain(model, ids: torch.Tensor):
-    """The plain decoder forward captured in a CUDA graph (the graphed baseline): (run, graph)."""
+    """The plain decoder forward captured in a CUDA graph (the graphed baseline): (run, graph).
+
+    Under ``"attnstats"`` this is `flashstats_hf.GraphedForward` (SDPA with ``is_causal``, no mask). Under
+    another implementation the forward is captured as it is; for ``"sdpa"`` Transformers then builds the
+    dense ``[1, 1, L, L]`` causal mask (it cannot look for padding while capturing), and SDPA runs without
+    its FlashAttention backend.
+    """
+    from flashstats_hf import ATTN_IMPLEMENTATION, GraphedForward
     from flashstats_hf.graphs import unpacked_positions
 
+    if model.config._attn_implementation == ATTN_IMPLEMENTATION:
+        graphed = GraphedForward(model, max_graphs=1)
+        graphed(ids)  # capture
+        return (lambda: graphed(ids)), graphed
     static = ids.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -102,7 +102,9 @@ def test_forward_stats_prints_a_short_summary(llama, ids):
     assert f"logit_stats: [2, 3, {fs.logit_stats.shape[-1]}]" in text
     assert f"hidden: [2, 1, 3, {llama.config.hidden_size}] at hidden_layers (1,)" in text
     assert "lookups: diag_log, prev_weight [2, 2, 4, 3]; sink_weights [2, 2, 4, 3, 1]" in text
-    assert "columns: sum, mean [2, 2, 4, 8]" in text
+    assert "column_topk: values, index [2, 2, 4, 16]" in text and "columns:" not in text
+    full = record_forward(llama, ids, response_start=5, logits=False, full_columns=True)
+    assert "columns: sum, mean [2, 2, 4, 8]" in repr(full) and "column_topk" not in repr(full)
     assert "dense: layer 0 heads (1, 2)" in text and "absent" not in text
     bare = record_forward(llama, ids, response_start=5, logits=False)
     assert "absent: logit_stats, hidden, dense" in repr(bare) and "logit_stats:" not in repr(bare)

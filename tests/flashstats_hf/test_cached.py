@@ -44,7 +44,13 @@ def assert_same_stats(got, ref, tol=TOL, hidden_tol=HIDDEN_TOL):
 def _reference(model, ids, mask, prompt_len):
     start = torch.full((ids.shape[0],), prompt_len)
     return record_forward(
-        model, ids, response_start=start, attention_mask=mask, request=REQUEST, hidden_layers=HIDDEN
+        model,
+        ids,
+        response_start=start,
+        attention_mask=mask,
+        request=REQUEST,
+        hidden_layers=HIDDEN,
+        full_columns=True,
     )
 
 
@@ -170,7 +176,13 @@ def test_scored_layers_subset_and_no_logits(helpers):
         rec.feed(ids[:, 8:])
     got = rec.stats()
     ref = record_forward(
-        model, ids, response_start=8, layers=[-1], logits=False, request=StatsRequest(rows=True)
+        model,
+        ids,
+        response_start=8,
+        layers=[-1],
+        logits=False,
+        request=StatsRequest(rows=True),
+        full_columns=True,
     )
     assert got.layers == (1,) and got.lookups is None and got.columns is None and got.logit_stats is None
     torch.testing.assert_close(got.rows.entropy, ref.rows.entropy, **TOL)
@@ -363,7 +375,14 @@ def test_chunked_layers_raise_and_can_be_left_out(helpers):
         rec.feed(ids[:, 8:])
     start = torch.full((2,), 6)
     ref = record_forward(
-        model, ids, response_start=start, attention_mask=mask, request=REQUEST, layers=[1], pack=False
+        model,
+        ids,
+        response_start=start,
+        attention_mask=mask,
+        request=REQUEST,
+        layers=[1],
+        pack=False,
+        full_columns=True,
     )
     for name in ROW_FIELDS:
         torch.testing.assert_close(getattr(rec.stats().rows, name), getattr(ref.rows, name), **TOL, msg=name)

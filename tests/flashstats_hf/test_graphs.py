@@ -50,7 +50,7 @@ def test_cpu_model_is_refused():
 
 
 def _fields(stats):
-    return {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+    return {} if stats is None else {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
 
 
 def _poison_free_memory() -> list[torch.Tensor]:
@@ -77,8 +77,10 @@ def test_replays_match_record_forward(arch):
         del junk
         ref = record_forward(model, ids, response_start=130, logits=False, backend="triton")
         assert got.layers == ref.layers
-        for fam in ("rows", "lookups", "columns"):
+        for fam in ("rows", "lookups", "columns", "column_topk"):
             for name, want in _fields(getattr(ref, fam)).items():
+                if name == "index":  # key positions of near-equal column means may swap; values must not
+                    continue
                 have = _fields(getattr(got, fam))[name]
                 assert have.shape == want.shape, (fam, name)
                 torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5, msg=f"{fam}.{name} seed {seed}")
@@ -173,7 +175,7 @@ def test_bucketed_body_matches_the_unpadded_example(monkeypatch, length, start, 
     """One graph per bucket: left padding and spare answer slots change nothing on the real tokens."""
     model = _tiny("cpu")
     ids = torch.randint(0, 101, (1, length), generator=torch.Generator().manual_seed(length))
-    ref = record_forward(model, ids, response_start=start, logits=False, backend="torch")
+    ref = record_forward(model, ids, response_start=start, logits=False, backend="torch", full_columns=True)
     _capturing(monkeypatch)
     rows, lookups, columns = _bucket_run(model, ids, start, lb, rb, pooled=False)
     r = length - start
@@ -195,7 +197,7 @@ def test_bucketed_body_matches_the_unpadded_example(monkeypatch, length, start, 
 def test_bucketed_pooling_leaves_out_spare_slots_and_padding(monkeypatch):
     model = _tiny("cpu")
     ids = torch.randint(0, 101, (1, 30), generator=torch.Generator().manual_seed(8))
-    ref = record_forward(model, ids, response_start=21, logits=False, backend="torch")
+    ref = record_forward(model, ids, response_start=21, logits=False, backend="torch", full_columns=True)
     _capturing(monkeypatch)
     rows, lookups, columns = _bucket_run(model, ids, 21, 48, 16, pooled=True)
 
@@ -238,8 +240,10 @@ def test_one_bucketed_graph_serves_examples_of_different_lengths(arch):
         pool = pooled(ids, response_start=start)
         del junk
         ref = record_forward(model, ids, response_start=start, logits=False, backend="triton")
-        for fam in ("rows", "lookups", "columns"):
+        for fam in ("rows", "lookups", "columns", "column_topk"):
             for name, want in _fields(getattr(ref, fam)).items():
+                if name == "index":  # key positions of near-equal column means may swap; values must not
+                    continue
                 have = _fields(getattr(got, fam))[name]
                 assert have.shape == want.shape, (fam, name)
                 torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4, msg=f"{fam}.{name} L={length}")

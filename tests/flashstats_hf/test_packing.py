@@ -23,7 +23,11 @@ CASES = {  # kind, total lengths, answer lengths
 
 def _fields(fs) -> dict[str, torch.Tensor]:
     named = {"logit_stats": fs.logit_stats, "hidden": fs.hidden}
+    if fs.column_topk is not None:  # reduced columns (the default): values only, ties may order apart
+        named["column_topk.values"] = fs.column_topk.values
     for part in (fs.rows, fs.lookups, fs.columns):
+        if part is None:
+            continue
         named.update(
             {f"{type(part).__name__}.{f.name}": getattr(part, f.name) for f in dataclasses.fields(part)}
         )

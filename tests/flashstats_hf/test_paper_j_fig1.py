@@ -131,3 +131,30 @@ def test_gap_names_the_statistic_where_dense_differs_most(bench):
     assert (
         bench._gap(ours, dense) == "entropy 10%"
     )  # mean |0.1, 0.2| / mean |1, 2|, above the columns' 1.25 %
+
+
+def test_forward_cost_fits_memory_per_answer_token_and_applies_the_target():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        fc = importlib.import_module("forward_cost")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = []
+    for length, fixed, per in (
+        (2048, 10.0, 0.03),
+        (8192, 70.0, 0.02),
+        (16384, 5.0, 0.02),
+    ):  # MiB, MiB / token
+        for r in fc.ANSWERS:
+            mib, kib = f"{fixed + per * r}", "36.00" if r == 512 else ""
+            rows.append(dict(section="memory", L=length, R=r, mode="ours", extra_peak_mib=mib,
+                             stats_kib_per_token=kib))  # fmt: skip
+    table = fc.memory_table(SimpleNamespace(rows=rows))
+    # 0.03 MiB = 30.7 KiB per token: over the paper's 28; 70 MiB fixed: over 64; 20.5 KiB and 5 MiB: met
+    assert "| 2048 | 17.7 | 25.4 | 40.7 | 30.7 | 10.0 | 36.00 |  | missed |" in table
+    assert "| 8192 | 75.1 | 80.2 | 90.5 | 20.5 | 70.0 | 36.00 |  | missed |" in table
+    assert "| 16384 | 10.1 | 15.2 | 25.5 | 20.5 | 5.0 | 36.00 |  | met |" in table
+    times = {"plain": "1000", "ours_base": "1010", "ours_t1": "1015", "ours_t2": "1016", "ours_t3": "1030"}
+    whole = [dict(section="breakdown", L=32768, R=512, mode=m, ms=ms) for m, ms in times.items()]
+    text = fc.breakdown_table(SimpleNamespace(rows=whole))
+    assert "| 32768 | 1000.0 | +1.0 | +1.5 | +1.6 | +3.0 | 10.0 | 5.0 | 1.0 | 14.0 |" in text

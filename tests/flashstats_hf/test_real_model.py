@@ -83,6 +83,7 @@ def test_real_statistics_agree_with_eager_attention(smollm2, helpers):
         attention_mask=batch.attention_mask,
         layers=layers,
         request=StatsRequest(rows=True, lookups=True, columns=True),
+        full_columns=True,
     )
     eager = AutoModelForCausalLM.from_pretrained(
         next(e for e in cache.iterdir() if e.name != "digests"), attn_implementation="eager"

@@ -54,7 +54,7 @@ def test_statistics_match_eager_attention(helpers, case, device):
     kind, lengths, answers = CASES[case]
     request = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0, 2))
     fs, eager, ids, mask, start = _record(
-        helpers, kind, lengths, answers, device, request=request, hidden_layers=[0, 1, -1]
+        helpers, kind, lengths, answers, device, request=request, hidden_layers=[0, 1, -1], full_columns=True
     )
     ref = helpers.eager_forward(eager, ids, mask)
     n_layers = eager.config.num_hidden_layers
@@ -120,7 +120,7 @@ def test_set_attn_implementation_switches_an_sdpa_model(helpers):
 
 def test_scoring_a_subset_leaves_other_layers_untouched(helpers):
     kind, lengths, answers = CASES["qwen3-B3-L14-A8-padrows"]
-    every = dict(hidden_layers=[0, 1, 2, 3])
+    every = dict(hidden_layers=[0, 1, 2, 3], full_columns=True)
     full, *_ = _record(helpers, kind, lengths, answers, "cpu", **every)
     one, *_ = _record(helpers, kind, lengths, answers, "cpu", layers=[1], **every)
     none, *_ = _record(helpers, kind, lengths, answers, "cpu", layers=[], **every)
@@ -137,7 +137,9 @@ def test_scoring_a_subset_leaves_other_layers_untouched(helpers):
 @pytest.mark.parametrize("device", DEVICES)
 def test_results_do_not_depend_on_the_batch(helpers, device):
     kind, lengths, answers = CASES["qwen3-B3-L14-A8-padrows"]
-    kw = dict(hidden_layers=[0, 2], request=StatsRequest(rows=True, lookups=True, columns=True))
+    kw = dict(
+        hidden_layers=[0, 2], request=StatsRequest(rows=True, lookups=True, columns=True), full_columns=True
+    )
     ours, _ = helpers.tiny_models(kind, device)
     ids, mask, start = helpers.padded_batch(lengths, answers, device=device)
     batch = record_forward(ours, ids, response_start=start, attention_mask=mask, **kw)

@@ -432,3 +432,41 @@ def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
         == 2
     )
     assert "--context and --answer: example" in capsys.readouterr().err
+
+
+def test_batched_host_work_equals_example_by_example(ext, detector):
+    """One probe call for the answers and one for all their tokens: the scores of per-example calls."""
+    from halluprobe.detectors._prediction import batch_scores, decode_pieces
+    from halluprobe.features import token_records
+    from halluprobe.features._records import on_host
+
+    _, encoded, fs, recs = _examples(ext, TRIPLES)
+    host = on_host(fs)
+    assert reduce_forward(host, [r.id for r in recs])[2].sink_topk.tolist() == recs[2].sink_topk.tolist()
+    got = batch_scores(detector, host, recs)
+    for b, rec in enumerate(recs):
+        prob = detector.score_records([rec])[0]
+        tokens = detector.score_records(token_records(fs, b, rec))
+        assert got[b][0] == pytest.approx(float(prob), abs=1e-12)
+        np.testing.assert_allclose(got[b][1], tokens, rtol=0, atol=1e-12)
+        assert len(got[b][1]) == rec.answer_len
+    answers = [ids[start:] for ids, start in encoded]
+    assert decode_pieces(ext.tokenizer, answers) == [[chr(t) for t in a] for a in answers]
+
+
+def test_decode_pieces_uses_the_batched_decoder_of_a_real_tokenizer():
+    from halluprobe.detectors._prediction import decode_pieces
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "a": 1, "b": 2, "Ġc": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    answers = [[1, 2, 3], [], [3]]
+    want = [[fast.decode([t], clean_up_tokenization_spaces=False) for t in a] for a in answers]
+    assert decode_pieces(fast, answers) == want
+    offsets = token_offsets(fast, "a b Ġc", [1, 2, 3], pieces=want[0])
+    np.testing.assert_array_equal(offsets, token_offsets(fast, "a b Ġc", [1, 2, 3]))
+    with pytest.raises(ValueError, match="2 decoded pieces for 3 tokens"):
+        token_offsets(fast, "a b Ġc", [1, 2, 3], pieces=want[0][:2])

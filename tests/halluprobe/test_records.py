@@ -78,3 +78,38 @@ def test_reduce_forward_validates(forward_factory):
     fs.columns = None
     with pytest.raises(ValueError, match="columns"):
         reduce_forward(fs, ["a", "b"])
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["padded-B3", "packed-B3"])
+def test_records_of_reduced_columns_equal_those_of_full_columns(char_llama, pack):
+    """Every value a block or detector reads is the same whether the forward kept full columns or not."""
+    from flashstats_hf import record_forward
+
+    g = torch.Generator().manual_seed(0)
+    lengths, answers = (31, 7, 19), (6, 3, 5)  # the 7-token example has fewer keys than MAX_SINKS
+    ids = torch.zeros(3, 31, dtype=torch.int64)
+    mask = torch.zeros(3, 31, dtype=torch.int64)
+    for b, n in enumerate(lengths):
+        ids[b, 31 - n :] = torch.randint(2, 128, (n,), generator=g)
+        mask[b, 31 - n :] = 1
+    start = torch.tensor([31 - a for a in answers])
+    kw = dict(response_start=start, attention_mask=mask, hidden_layers=[1], pack=pack)
+    reduced = record_forward(char_llama, ids, **kw)
+    full = record_forward(char_llama, ids, full_columns=True, **kw)
+    assert reduced.columns is None and full.columns is not None
+    for got, want in zip(
+        reduce_forward(reduced, list("abc")), reduce_forward(full, list("abc")), strict=True
+    ):
+        for name in ("head_stats", "sink_topk", "token_prev", "logit_pooled", "token_logit", "hidden_pooled"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+        assert (got.answer_len, got.prompt_len) == (want.answer_len, want.prompt_len)
+    assert (reduce_forward(reduced, list("abc"))[1].sink_topk[..., 7:] == 0).all()
+
+
+def test_records_need_enough_reduced_columns(char_llama):
+    from flashstats_hf import record_forward
+
+    ids = torch.randint(2, 128, (1, 20), generator=torch.Generator().manual_seed(1))
+    fs = record_forward(char_llama, ids, response_start=15, hidden_layers=[1], column_topk=MAX_SINKS - 1)
+    with pytest.raises(ValueError, match="column_topk"):
+        reduce_forward(fs, ["a"])

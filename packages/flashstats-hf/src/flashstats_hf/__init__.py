@@ -13,9 +13,10 @@ from flashstats_hf.formatting import Batch, collate, format_example, format_prom
 from flashstats_hf.graphs import GraphedRecorder, PooledStats
 from flashstats_hf.loading import DEFAULT_MODEL, load_model
 from flashstats_hf.logits import LOGIT_SCALAR_NAMES, LOGIT_STAT_NAMES, TOP_RANKS, logit_statistics
-from flashstats_hf.pooling import POOL_NAMES, pool_tokens
+from flashstats_hf.plain_graph import GraphedForward
+from flashstats_hf.pooling import COLUMN_TOPK, POOL_NAMES, column_topk, pool_tokens
 from flashstats_hf.record import DEFAULT_REQUEST, record_forward
-from flashstats_hf.types import ForwardStats
+from flashstats_hf.types import ColumnTopK, ForwardStats
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ register_flashstats()
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "COLUMN_TOPK",
     "AttentionWeightsUnavailableError",
     "DEFAULT_MODEL",
     "DEFAULT_REQUEST",
@@ -33,11 +35,14 @@ __all__ = [
     "TOP_RANKS",
     "Batch",
     "CachedRecorder",
+    "ColumnTopK",
     "ForwardStats",
     "GraphedDecodeStep",
+    "GraphedForward",
     "GraphedRecorder",
     "PooledStats",
     "collate",
+    "column_topk",
     "flashstats_attention_forward",
     "flashstats_mask",
     "format_example",

@@ -26,6 +26,8 @@ from flashstats_kernels import (
 
 from flashstats_hf._packing import Packing, packed_attention, packed_response, unpack_result
 from flashstats_hf._sdpa import base_attention, kernel_can_run, plain_attention, visibility
+from flashstats_hf.pooling import column_topk
+from flashstats_hf.types import ColumnTopK
 
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("flashstats_recorder", default=None)
 _OPEN = [0]
@@ -90,15 +92,19 @@ class Plan:
     """The documents of a packed forward (one sequence of ``length`` tokens, no padding), or None."""
     dense_heads: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     """Scored layer -> query heads whose response block is materialised (T4) in the same forward."""
+    column_topk: int | None = None
+    """Reduce each layer's column means to their ``K`` largest per head before the next layer runs
+    (`flashstats_hf.pooling.column_topk`), dropping the full vectors; None keeps the full vectors."""
 
 
 @dataclass
 class LayerStats:
-    """Statistics of one scored layer, answer-aligned: row fields ``[B, Hq, A]``, columns ``[B, Hq, L]``."""
+    """One scored layer's statistics, answer-aligned: rows ``[B, Hq, A]``, columns ``[B, Hq, L]`` or top-k."""
 
     rows: RowStats | None
     lookups: LookupStats | None
     columns: ColumnStats | None
+    column_topk: ColumnTopK | None = None
 
 
 def check_reached(planned: Iterable[int], reached: set[int], model: object) -> None:
@@ -121,6 +127,20 @@ def check_reached(planned: Iterable[int], reached: set[int], model: object) -> N
             f"flashstats: layers {missing} of {type(model).__name__} never called the 'attnstats' "
             f"attention with their layer index; {hint}"
         )
+
+
+def _joined(prompt: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+    """The layer's ``[B, Hq, L, D]`` output from its prompt and answer rows, stored token-major.
+
+    The attention interface hands Transformers ``out.transpose(1, 2).contiguous()``: storing the rows as
+    ``[B, L, Hq, D]`` (as SDPA's own output is) makes that a view, so the two parts are copied once, where
+    a concatenation followed by that transpose would copy the whole output twice.
+    """
+    b, h, p, d = prompt.shape
+    out = torch.empty(b, p + answer.shape[2], h, d, dtype=answer.dtype, device=answer.device).transpose(1, 2)
+    out[:, :, :p] = prompt
+    out[:, :, p:] = answer
+    return out
 
 
 @dataclass
@@ -228,9 +248,9 @@ class Recorder:
             window=window,
             backend=plan.backend,
         )
-        self.results[layer_idx] = self._answer_aligned(result)
+        self.results[layer_idx] = self._reduced(self._answer_aligned(result))
         self._keep_dense(layer_idx, query, key, scale=scale, softcap=softcap, window=window)
-        return torch.cat([out_prompt, result.out], dim=2)
+        return _joined(out_prompt, result.out)
 
     def _score_packed(self, layer_idx, query, key, value, *, scale, softcap, window) -> torch.Tensor:
         """Packed split: prompt rows within documents, every answer row in one call; ``[1, Hq, T, D]``."""
@@ -240,9 +260,24 @@ class Recorder:
         out = packed_attention(plan.packing, query, key, value, prompt_only=True, **options)
         result = packed_response(plan.packing, query, key, value, request=plan.request, **options)
         out.index_copy_(0, plan.packing.answer_index, result.out)
-        self.results[layer_idx] = LayerStats(*unpack_result(plan.packing, result, plan.answer_mask))
+        unpacked = LayerStats(*unpack_result(plan.packing, result, plan.answer_mask))
+        self.results[layer_idx] = self._reduced(unpacked)
         self._keep_dense(layer_idx, query, key, scale=scale, softcap=softcap, window=window)
         return out[None].transpose(1, 2)
+
+    def _reduced(self, stats: LayerStats) -> LayerStats:
+        """``stats`` with its column vectors reduced to ``plan.column_topk`` means per head (if planned)."""
+        k = self.plan.column_topk
+        if k is None or stats.columns is None:
+            return stats
+        plan = self.plan
+        if plan.packing is not None:  # columns come back in the left-padded layout of the batch
+            j = torch.arange(plan.packing.key_index.shape[1], device=plan.packing.n_pad.device)
+            keep: torch.Tensor | None = j[None, :] >= plan.packing.n_pad
+        else:
+            keep = plan.key_mask
+        top = column_topk(stats.columns.mean, keep, k)
+        return LayerStats(rows=stats.rows, lookups=stats.lookups, columns=None, column_topk=top)
 
     def _keep_dense(self, layer_idx, query, key, *, scale, softcap, window) -> None:
         """T4: the response block of the layer's chosen heads, answer-aligned, ``[B, H', A, L] float32``.

@@ -36,16 +36,18 @@ from flashstats_hf._packing import unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES
-from flashstats_hf.pooling import POOL_NAMES, pool_tokens
+from flashstats_hf.pooling import COLUMN_TOPK, POOL_NAMES, pool_tokens
 from flashstats_hf.record import (
     DEFAULT_REQUEST,
+    _check_topk,
     _dense_heads,
     _HiddenCapture,
     _logit_block_static,
     _query_heads,
     _stack_layers,
+    _stack_topk,
 )
-from flashstats_hf.types import ForwardStats
+from flashstats_hf.types import ColumnTopK, ForwardStats
 
 
 @dataclass
@@ -197,10 +199,11 @@ def recorded_forward(
         hidden_layers: hidden states to keep at the answer slots (indexed as in ``record_forward``).
 
     Returns:
-        ``(rows, lookups, columns, logit_stats [1, A, V] | None, hidden [1, NH, A, Dm] | None, dense)``,
-        the attention families stacked over the scored layers (None for families not requested) and
-        ``dense``: layer -> ``[1, H', A, L] float32`` response block of ``plan.dense_heads`` (empty
-        without them).
+        ``(rows, lookups, columns, logit_stats [1, A, V] | None, hidden [1, NH, A, Dm] | None, dense,
+        column_topk)``, the attention families stacked over the scored layers (None for families not
+        requested; ``columns`` None and ``column_topk`` ``[1, NL, Hq, K]`` when ``plan.column_topk`` reduces
+        them) and ``dense``: layer -> ``[1, H', A, L] float32`` response block of ``plan.dense_heads``
+        (empty without them).
     """
     body, decoder_layers = _decoder(model)
     answers = _answers(plan) if logits or hidden_layers else None  # hooks read it only with hidden layers
@@ -217,8 +220,8 @@ def recorded_forward(
             hooks._keep(len(decoder_layers), out[0])
     recorder.check_reached(model)
     hidden = torch.stack([hooks.states[i] for i in hidden_layers], dim=1) if hidden_layers else None
-    stacked = _stack_layers([recorder.results[i] for i in layers if i in recorder.results])
-    return (*stacked, stats, hidden, dict(recorder.dense))
+    done = [recorder.results[i] for i in layers if i in recorder.results]
+    return (*_stack_layers(done), stats, hidden, dict(recorder.dense), _stack_topk(done))
 
 
 @dataclass
@@ -226,7 +229,7 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: BucketInputs  # static inputs (length/rows unused without buckets)
     plan: Plan  # the graph reads its tensors (gather indices, masks) on every replay: keep them alive
-    out: tuple  # static outputs (rows, lookups, columns, logit_stats, hidden, dense)
+    out: tuple  # static outputs (rows, lookups, columns, logit_stats, hidden, dense, column_topk)
 
 
 def _round_up(n: int, step: int) -> int:
@@ -268,6 +271,9 @@ class GraphedRecorder:
             layer -> query heads whose response block is materialised and returned in
             ``ForwardStats.dense`` (per-token mode only). Each graph keeps a static
             ``[1, H', R_b, L_b]`` float32 block per named layer.
+        full_columns: keep the full column vectors in ``ForwardStats.columns`` (per-token mode); by
+            default each layer's column means are reduced to ``column_topk`` per head inside the graph.
+        column_topk: column means kept per head and layer when they are reduced.
 
     Raises:
         ValueError: on a model that is not on CUDA, not in eval mode or not using ``"attnstats"``,
@@ -287,6 +293,8 @@ class GraphedRecorder:
         logits: bool = False,
         hidden_layers: int | Sequence[int] | None = None,
         dense_heads: Mapping[int, Sequence[int]] | None = None,
+        full_columns: bool = False,
+        column_topk: int = COLUMN_TOPK,
     ) -> None:
         if buckets is not None and not (
             isinstance(buckets, tuple)
@@ -311,6 +319,7 @@ class GraphedRecorder:
             raise ValueError(f"max_graphs must be a positive int, got {max_graphs!r}")
         self.model, self.device, self.pooled, self.max_graphs = model, device, pooled, max_graphs
         self.buckets = buckets
+        self.column_topk = None if pooled else _check_topk(full_columns, column_topk)
         self.body, decoder_layers = _decoder(model)
         self.layers = _layer_indices(layers, len(decoder_layers), "layers")
         self.logits = bool(logits)
@@ -341,7 +350,7 @@ class GraphedRecorder:
             plan, position_ids = self._plan(inputs.ids.shape[1], rows), None
         else:
             plan, position_ids = bucket_plan(self.layers, self.request, inputs, rows)
-        plan = dataclasses.replace(plan, dense_heads=self.dense_heads)
+        plan = dataclasses.replace(plan, dense_heads=self.dense_heads, column_topk=self.column_topk)
         out = recorded_forward(
             self.model, inputs.ids, plan, self.layers, pooled=self.pooled, position_ids=position_ids,
             logits=self.logits, hidden_layers=self.hidden_layers,
@@ -413,7 +422,7 @@ class GraphedRecorder:
         """Per-token statistics of the example (answer slots past ``rows`` and padding keys cut off)."""
         dev = self.device
         start = torch.full((1,), length - rows, device=dev)
-        row_stats, lookups, columns, logit_stats, hidden, dense = stats
+        row_stats, lookups, columns, logit_stats, hidden, dense, top = stats
         if row_stats is not None:
             row_stats = RowStats(*(x[..., :rows].clone() for x in _values(row_stats)))
         if lookups is not None:
@@ -424,6 +433,9 @@ class GraphedRecorder:
             )
         if columns is not None:
             columns = ColumnStats(*(x[..., padded - length :].clone() for x in _values(columns)))
+        if top is not None:  # key positions of the bucket move back by its padding
+            shifted = torch.where(top.index >= 0, top.index - (padded - length), -1)
+            top = ColumnTopK(top.values.clone(), shifted)
         return ForwardStats(
             layers=self.layers,
             answer_mask=torch.ones(1, rows, dtype=torch.bool, device=dev),
@@ -433,6 +445,7 @@ class GraphedRecorder:
             rows=row_stats,
             lookups=lookups,
             columns=columns,
+            column_topk=top,
             logit_stats=None if logit_stats is None else logit_stats[:, :rows].clone(),
             logit_stat_names=LOGIT_STAT_NAMES if self.logits else (),
             hidden_layers=self.hidden_layers,

@@ -1,14 +1,20 @@
-"""Pooling of per-token statistics over the answer tokens: the one implementation and its names.
+"""Pooling of per-token statistics over the answer tokens, and the top-k reduction of column means.
 
 Both the graph-captured recorder (`flashstats_hf.graphs`, pooled inside each layer) and
-halluprobe's per-example records pool with `pool_tokens`, in the order of `POOL_NAMES`.
+halluprobe's per-example records pool with `pool_tokens`, in the order of `POOL_NAMES`. Recorded
+forwards reduce each layer's column means with `column_topk` before the next layer runs.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["POOL_NAMES", "pool_tokens"]
+from flashstats_hf.types import ColumnTopK
+
+__all__ = ["COLUMN_TOPK", "POOL_NAMES", "column_topk", "pool_tokens"]
+
+COLUMN_TOPK = 16
+"""Column means kept per head and layer when a forward reduces its columns (``record_forward``'s default)."""
 
 POOL_NAMES: tuple[str, ...] = ("mean", "std", "min", "max")
 """Order of the last axis of pooled statistics (the standard deviation is the population one)."""
@@ -37,3 +43,25 @@ def pool_tokens(x: torch.Tensor, dim: int, keep: torch.Tensor | None = None) -> 
     low = torch.where(keep, x, float("inf")).amin(dim)
     high = torch.where(keep, x, float("-inf")).amax(dim)
     return torch.stack([mean, std, low, high], dim=-1)
+
+
+def column_topk(mean: torch.Tensor, keep: torch.Tensor | None, k: int) -> ColumnTopK:
+    """The ``k`` largest column means of each head over the real keys, descending.
+
+    Args:
+        mean: ``[B, Hq, L] float32``. Column means ``c̄_j`` of one layer, indexed by padded key position.
+        keep: ``[B, L] bool`` True on real keys, or None when every key is real.
+        k: how many to keep (>= 1).
+
+    Returns:
+        ColumnTopK: ``[B, Hq, k]`` values and key positions; where an example has fewer than ``k`` real
+        keys, the slots past them hold value 0 and index -1.
+    """
+    b, h, length = mean.shape
+    masked = mean if keep is None else torch.where(keep[:, None, :], mean, float("-inf"))
+    values, index = masked.topk(min(k, length), dim=-1)  # [B, Hq, k']
+    if k > length:
+        values = torch.nn.functional.pad(values, (0, k - length), value=float("-inf"))
+        index = torch.nn.functional.pad(index, (0, k - length), value=-1)
+    real = values != float("-inf")
+    return ColumnTopK(values=torch.where(real, values, 0.0).float(), index=torch.where(real, index, -1))

@@ -22,7 +22,8 @@ from flashstats_hf._packing import Packing, build_packing, unpacked_positions
 from flashstats_hf._recorder import LayerStats, Plan, Recorder
 from flashstats_hf.attention import ATTN_IMPLEMENTATION, register_flashstats
 from flashstats_hf.logits import LOGIT_STAT_NAMES, logit_statistics
-from flashstats_hf.types import ForwardStats
+from flashstats_hf.pooling import COLUMN_TOPK
+from flashstats_hf.types import ColumnTopK, ForwardStats
 
 DEFAULT_REQUEST = StatsRequest(rows=True, lookups=True, columns=True, sink_positions=(0,))
 """Request used when ``record_forward`` gets none: every family, one sink at each example's first token."""
@@ -126,6 +127,26 @@ def _stack_layers(
         return kind(*(torch.stack([getattr(p, n) for p in parts], dim=1) for n in names))
 
     return stack(RowStats, "rows"), stack(LookupStats, "lookups"), stack(ColumnStats, "columns")
+
+
+def _stack_topk(results: list[LayerStats]) -> ColumnTopK | None:
+    """Stacks the per-layer reduced columns on a new layer axis: ``[B, NL, Hq, K]`` (None if absent)."""
+    parts = [r.column_topk for r in results]
+    if not parts or any(p is None for p in parts):
+        return None
+    return ColumnTopK(
+        values=torch.stack([p.values for p in parts], dim=1),  # type: ignore[union-attr]
+        index=torch.stack([p.index for p in parts], dim=1),  # type: ignore[union-attr]
+    )
+
+
+def _check_topk(full_columns: object, column_topk: object) -> int | None:
+    """The plan's ``column_topk`` (None: keep the full vectors), after checking both arguments."""
+    if not isinstance(full_columns, bool):
+        raise TypeError(f"full_columns must be a bool, got {full_columns!r}")
+    if isinstance(column_topk, bool) or not isinstance(column_topk, int) or column_topk < 1:
+        raise ValueError(f"column_topk must be a positive int, got {column_topk!r}")
+    return None if full_columns else column_topk
 
 
 def _logit_rows(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -320,6 +341,8 @@ def record_forward(
     backend: str = "auto",
     pack: bool | None = None,
     dense_heads: Mapping[int, Sequence[int]] | None = None,
+    full_columns: bool = False,
+    column_topk: int = COLUMN_TOPK,
 ) -> ForwardStats:
     """Runs one teacher-forced forward and returns the statistics of the answer tokens.
 
@@ -358,6 +381,10 @@ def record_forward(
             returned in ``ForwardStats.dense``. Only these heads are materialised: the blocks hold
             ``4 * B * A * L * sum_l |dense_heads[l]|`` bytes, and a layer adds transiently about as
             much again for its own heads' scores. None (default): no block.
+        full_columns: keep every layer's full column vectors (``ForwardStats.columns``, ``[B, NL, Hq, L]``,
+            memory growing with the context). False (default): each layer's column means are reduced to
+            their ``column_topk`` largest per head (``ForwardStats.column_topk``) before the next layer.
+        column_topk: column means kept per head and layer when the columns are reduced.
 
     Without ``logits`` and without the final hidden state, the forward stops after the last decoder layer
     it reads (the last scored layer or kept hidden state): the layers after it never run.
@@ -367,7 +394,8 @@ def record_forward(
         model's device (inputs are moved there).
 
     Shape:
-        - rows / lookups: ``[B, NL, Hq, A]`` (sinks ``[B, NL, Hq, A, S]``), columns ``[B, NL, Hq, L]``,
+        - rows / lookups: ``[B, NL, Hq, A]`` (sinks ``[B, NL, Hq, A, S]``), column_topk ``[B, NL, Hq, K]``
+          (columns ``[B, NL, Hq, L]`` with ``full_columns``),
           logit_stats ``[B, A, V]`` (``V = len(LOGIT_STAT_NAMES) = 56``), hidden ``[B, NH, A, Dm]``, with
           ``A`` the longest answer.
     """
@@ -394,6 +422,7 @@ def record_forward(
         else _layer_indices(hidden_layers, len(decoder_layers) + 1, "hidden_layers")
     )
     resolved = _resolve_request(request, batch)
+    topk = _check_topk(full_columns, column_topk)
     dense = _dense_heads(dense_heads, scored, len(decoder_layers), _query_heads(model))
     if _packs(pack, model, batch):
         packing = build_packing(input_ids, batch.key_mask, batch.prompt_len, batch.answer_len)
@@ -406,7 +435,7 @@ def record_forward(
         position_ids = (batch.key_mask.long().cumsum(dim=1) - 1).clamp(min=0) if batch.padded else None
         inputs = {"input_ids": ids, "attention_mask": batch.key_mask if batch.padded else None}
         inputs["position_ids"] = position_ids
-    recorder = Recorder(dataclasses.replace(plan, dense_heads=dense))
+    recorder = Recorder(dataclasses.replace(plan, dense_heads=dense, column_topk=topk))
     packed = contextlib.nullcontext() if plan.packing is None else unpacked_positions()
     with torch.no_grad(), recorder, packed, _HiddenCapture(decoder_layers, kept, seen) as capture:
         stop_after = _last_layer_needed(len(decoder_layers), scored, kept, logits)
@@ -417,6 +446,7 @@ def record_forward(
     recorder.check_reached(model)
     done = tuple(i for i in scored if i in recorder.results)
     rows, lookups, columns = _stack_layers([recorder.results[i] for i in done])
+    top = _stack_topk([recorder.results[i] for i in done])
     return ForwardStats(
         layers=done,
         answer_mask=batch.answer_mask,
@@ -426,6 +456,7 @@ def record_forward(
         rows=rows,
         lookups=lookups,
         columns=columns,
+        column_topk=top,
         logit_stats=logit_stats,
         logit_stat_names=LOGIT_STAT_NAMES if logits else (),
         hidden_layers=kept,

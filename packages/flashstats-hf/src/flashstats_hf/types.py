@@ -27,6 +27,21 @@ def _family(name: str, stats: object) -> str:
     return f"{name}: " + "; ".join(f"{', '.join(names)} {shape}" for shape, names in parts.items())
 
 
+@dataclass
+class ColumnTopK:
+    """The ``K`` largest column means ``c̄_j`` of each head over the real keys, descending (T3, reduced).
+
+    What a forward keeps of the column statistics unless the full vectors are asked for: each scored
+    layer's ``[B, Hq, L]`` means are reduced to these before the next layer runs. Shapes: ``[B, NL, Hq, K]``
+    from a forward (``[B, Hq, K]`` for one layer).
+    """
+
+    values: torch.Tensor
+    """float32 column means, largest first; 0 past the example's real keys (when it has fewer than ``K``)."""
+    index: torch.Tensor
+    """int64 padded key position of each value (indexes ``key_mask``'s axis); -1 past the real keys."""
+
+
 @dataclass(kw_only=True, repr=False)
 class ForwardStats:
     """Statistics of the answer tokens of a batch, from one forward.
@@ -41,7 +56,12 @@ class ForwardStats:
     """T2 per answer token: ``diag_log``/``prev_weight`` ``[B, NL, Hq, A]``, ``sink_weights``
     ``[B, NL, Hq, A, S]`` (float32)."""
     columns: ColumnStats | None = None
-    """T3 over answer rows: ``sum``/``mean`` ``[B, NL, Hq, L] float32`` indexed by padded key position."""
+    """T3 over answer rows, full vectors: ``sum``/``mean`` ``[B, NL, Hq, L] float32`` indexed by padded key
+    position. Only when asked for (``record_forward(..., full_columns=True)``); otherwise None and the
+    columns come reduced in ``column_topk``."""
+    column_topk: ColumnTopK | None = None
+    """T3 reduced inside each layer: the ``K`` largest column means of each head, ``[B, NL, Hq, K]``
+    (None without columns, or when the full vectors were kept in ``columns``)."""
     logit_stats: torch.Tensor | None = None
     """``[B, A, V] float32``: next-token statistics at the position predicting each answer token."""
     logit_stat_names: tuple[str, ...] = ()
@@ -86,9 +106,12 @@ class ForwardStats:
         for name in ("rows", "lookups", "columns"):
             stats = getattr(self, name)
             if stats is None:
-                absent.append(name)
+                if not (name == "columns" and self.column_topk is not None):  # reduced, not absent
+                    absent.append(name)
             else:
                 lines.append(_family(name, stats))
+        if self.column_topk is not None:
+            lines.append(f"column_topk: values, index {_shape(self.column_topk.values)}")
         if self.logit_stats is None:
             absent.append("logit_stats")
         else:

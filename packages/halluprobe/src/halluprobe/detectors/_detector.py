@@ -389,10 +389,3 @@ class Detector(ClassifierMixin, BaseEstimator):
     def uses_contrast(self) -> bool:
         """Whether the probe reads the context contrast block ``C`` (a second forward without the context)."""
         return any(b.name == "C" for b in self.probe_.blocks)
-
-    def _scores(self, fs: ForwardStats, b: int, record: ExampleRecord) -> tuple[float, np.ndarray]:
-        """The answer's probability and ``[A]`` per-token probabilities of example ``b``."""
-        from halluprobe.features._records import token_records
-
-        prob = float(self.score_records([record])[0])
-        return prob, self.score_records(token_records(fs, b, record))

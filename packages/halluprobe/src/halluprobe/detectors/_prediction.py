@@ -209,6 +209,7 @@ def pending_prediction(
     scores: tuple[float, np.ndarray],
     encoded: tuple[list[int], int],
     text: tuple[str, str, str],
+    pieces: Sequence[str] | None = None,
 ) -> PendingPrediction:
     """Example ``b`` of a forward, scored, before its threshold is applied.
 
@@ -220,6 +221,7 @@ def pending_prediction(
         scores: The answer's probability and ``[A]`` per-token probabilities.
         encoded: The example's token ids and the index of its first answer token.
         text: ``(context, question, answer)``.
+        pieces: Each answer token decoded on its own (`decode_pieces`), or None to decode them here.
     """
     from halluprobe.features._token_data import token_features, token_offsets
     from halluprobe.localisation._localisation import decode_spans
@@ -228,15 +230,48 @@ def pending_prediction(
     answer = text[2]
     ids, start = encoded
     prob, token_probs = scores
-    offsets = token_offsets(ext.tokenizer, answer, ids[start:])
+    if pieces is None:
+        pieces = decode_pieces(ext.tokenizer, [ids[start:]])[0]
+    offsets = token_offsets(ext.tokenizer, answer, ids[start:], pieces=pieces)
     probe_spans, span_probs = None, token_probs
     if token_probe is not None:
         answer_len = int(fs.answer_len[b])
         logits = token_probe.decision_function(token_features(fs, b, answer_len, token_probe.view))
         probe_spans = decode_spans(offsets, logits, token_probe.threshold, len(answer), token_probe.gap)
         span_probs = token_probe_probs(logits)
-    tokens = [ext.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids[start:]]
-    return PendingPrediction(prob, token_probs, tokens, offsets, probe_spans, span_probs, text)
+    return PendingPrediction(prob, token_probs, list(pieces), offsets, probe_spans, span_probs, text)
+
+
+def decode_pieces(tokenizer: Any, answers: Sequence[Sequence[int]]) -> list[list[str]]:
+    """Every token of every answer decoded on its own, in one batched call where the tokenizer has one."""
+    flat = [[int(t)] for ids in answers for t in ids]
+    batch = getattr(tokenizer, "batch_decode", None)
+    if batch is not None:
+        texts = list(batch(flat, clean_up_tokenization_spaces=False))
+    else:
+        texts = [tokenizer.decode(t, clean_up_tokenization_spaces=False) for t in flat]
+    out, i = [], 0
+    for ids in answers:
+        out.append([str(t) for t in texts[i : i + len(ids)]])
+        i += len(ids)
+    return out
+
+
+def batch_scores(
+    detector: Any, fs: ForwardStats, records: list[ExampleRecord]
+) -> list[tuple[float, np.ndarray]]:
+    """Each answer's probability and ``[A]`` per-token probabilities, in two probe calls for the batch.
+
+    The answers' records are scored together, then the per-token pseudo-records of every answer
+    (`halluprobe.features.token_records`) together; the same scores as example by example.
+    """
+    from halluprobe.features._records import token_records
+
+    probs = detector.score_records(records)
+    tokens = [token_records(fs, b, rec) for b, rec in enumerate(records)]
+    flat = detector.score_records([t for per in tokens for t in per])
+    bounds = np.cumsum([0, *(len(per) for per in tokens)])
+    return [(float(p), flat[a:z]) for p, a, z in zip(probs, bounds[:-1], bounds[1:], strict=True)]
 
 
 def predict_triples(
@@ -274,29 +309,49 @@ def resolve_threshold(
 def pending_triples(
     detector: Any, triples: Sequence[tuple[str, str, str]], *, device: str | None, batch_size: int
 ) -> list[PendingPrediction]:
-    """The triples scored in batched forwards, in input order, before any threshold is applied."""
-    if hasattr(detector, "pending_triples"):  # a fine-tuned reader scores with its own forward
+    """The triples scored in batched forwards, in input order, before any threshold is applied.
+
+    The host work of a batch (records, scores, token texts and offsets, spans) runs on host copies of
+    its statistics, made at once, while the next batch's forward runs on the device. A fine-tuned
+    reader scores with its own forward (`halluprobe.Reader.pending_triples`).
+    """
+    if hasattr(detector, "pending_triples"):
         return detector.pending_triples(triples, device=device, batch_size=batch_size)
     from halluprobe.features._extract import plan_batches
-    from halluprobe.features._records import reduce_forward
+    from halluprobe.features._records import on_host
 
     items = [Item(f"item{i}", *check_triple(i, t)) for i, t in enumerate(triples)]
     ext = detector.extractor(device)
     encoded = [ext.encode(it) for it in items]
     out: list[PendingPrediction | None] = [None] * len(items)
+    waiting = None  # the batch whose statistics are on the host, its host work not yet done
     for idx in plan_batches([len(ids) for ids, _ in encoded], batch_size=batch_size):
         fs = ext.forward([encoded[i] for i in idx])
-        records = with_text_features(
-            detector, ext, reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx],
-            [encoded[i][0][encoded[i][1] :] for i in idx],
-        )  # fmt: skip
-        for b, (i, record) in enumerate(zip(idx, records, strict=True)):
-            it = items[i]
-            out[i] = pending_prediction(
-                detector.token_probe_, ext, fs, b, detector._scores(fs, b, record), encoded[i],
-                (it.context, it.question, it.answer),
-            )  # fmt: skip
+        done, waiting = waiting, (idx, on_host(fs))  # the next forward is queued before this host work
+        if done is not None:
+            _finish_batch(detector, ext, items, encoded, *done, out)
+    if waiting is not None:
+        _finish_batch(detector, ext, items, encoded, *waiting, out)
     return [p for p in out if p is not None]
+
+
+def _finish_batch(detector: Any, ext: ProxyExtractor, items: list[Item], encoded: list[tuple[list[int], int]],
+                  idx: list[int], fs: ForwardStats, out: list) -> None:  # fmt: skip
+    """Records, scores and pending predictions of one batch (``fs`` on the host) into ``out``."""
+    from halluprobe.features._records import reduce_forward
+
+    records = with_text_features(
+        detector, ext, reduce_forward(fs, [items[i].id for i in idx]), [items[i] for i in idx],
+        [encoded[i][0][encoded[i][1] :] for i in idx],
+    )  # fmt: skip
+    scores = batch_scores(detector, fs, records)
+    pieces = decode_pieces(ext.tokenizer, [encoded[i][0][encoded[i][1] :] for i in idx])
+    for b, i in enumerate(idx):
+        it = items[i]
+        out[i] = pending_prediction(
+            detector.token_probe_, ext, fs, b, scores[b], encoded[i], (it.context, it.question, it.answer),
+            pieces[b],
+        )  # fmt: skip
 
 
 def stats_prediction(
@@ -308,13 +363,14 @@ def stats_prediction(
     bare: np.ndarray | None,
 ) -> Prediction:
     """[`Detector.score_stats`][halluprobe.Detector.score_stats] (its arguments)."""
-    from halluprobe.features._records import reduce_forward
+    from halluprobe.features._records import on_host, reduce_forward
 
+    fs = on_host(fs)
     items = None if text is None else [Item("query", *text)]
     ids = None if answer_ids is None else [list(answer_ids)]
     records = with_text_features(
         detector, None, reduce_forward(fs, ["query"]), items, ids, None if bare is None else [bare]
     )
-    prob, token_probs = detector._scores(fs, 0, records[0])
+    ((prob, token_probs),) = batch_scores(detector, fs, records)
     threshold = detector.probe_.threshold
     return Prediction(prob, int(prob >= threshold), threshold, token_probs, list(tokens))

@@ -167,7 +167,7 @@ def complete(
 
     ``n_heads`` and ``width`` (the model's query heads and hidden size) shape what was not computed.
     """
-    from flashstats_hf import LOGIT_STAT_NAMES
+    from flashstats_hf import COLUMN_TOPK, LOGIT_STAT_NAMES, ColumnTopK
     from flashstats_kernels.types import ColumnStats, LookupStats, RowStats
 
     b, a = fs.answer_mask.shape
@@ -195,11 +195,22 @@ def complete(
     logit_stats = fs.logit_stats
     if logit_stats is None:
         logit_stats = torch.full((b, a, len(LOGIT_STAT_NAMES)), float("nan"), device=dev)
+    top = None
+    if fs.columns is None:  # reduced columns (or none read): NaN values, index -1, where not computed
+        values = torch.full((b, len(scored), n_heads, COLUMN_TOPK), float("nan"), device=dev)
+        index = torch.full(values.shape, -1, dtype=torch.int64, device=dev)
+        if fs.column_topk is not None:
+            got = fs.column_topk
+            values = torch.full((b, len(scored), *got.values.shape[2:]), float("nan"), device=dev)
+            index = torch.full(values.shape, -1, dtype=torch.int64, device=dev)
+            values[:, where], index[:, where] = got.values.float(), got.index
+        top = ColumnTopK(values, index)
     return dataclasses.replace(
-        fs, layers=tuple(scored), rows=widen(fs.rows, RowStats, (a,)),
+        fs, layers=tuple(scored), rows=widen(fs.rows, RowStats, (a,)), column_topk=top,
         lookups=widen(_no_lookups(b, len(fs.layers), n_heads, a, dev) if fs.lookups is None else fs.lookups,
                       LookupStats, (a,)),
-        columns=widen(fs.columns, ColumnStats, (length,)), logit_stats=logit_stats,
+        columns=None if fs.columns is None else widen(fs.columns, ColumnStats, (length,)),
+        logit_stats=logit_stats,
         logit_stat_names=LOGIT_STAT_NAMES, hidden_layers=tuple(kept), hidden=hidden,
     )  # fmt: skip
 

@@ -8,7 +8,7 @@ context length, so a dataset's records fit a cache of shards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -142,7 +142,19 @@ def head_series(fs, b: int, length: int) -> torch.Tensor:
 
 
 def _sink_topk(fs, b: int) -> torch.Tensor:
-    """``[NL, H, MAX_SINKS]`` the largest ``c̄_j`` over real keys, descending (zero-padded)."""
+    """``[NL, H, MAX_SINKS]`` the largest ``c̄_j`` over real keys, descending (zero-padded).
+
+    Read from the columns the forward reduced (``fs.column_topk``), or from the full column means when
+    the forward kept them; both give the same values.
+    """
+    if fs.column_topk is not None:
+        top = fs.column_topk.values[b].float().cpu()
+        if top.shape[-1] < MAX_SINKS:
+            raise ValueError(
+                f"the forward kept {top.shape[-1]} column means per head; the sink values need "
+                f"{MAX_SINKS} (record_forward(..., column_topk={MAX_SINKS}) or more)"
+            )
+        return top[..., :MAX_SINKS].contiguous()
     if fs.columns is None:
         raise ValueError("ForwardStats needs columns (T3) for the sink values")
     mean = fs.columns.mean[b].float().cpu()
@@ -153,6 +165,32 @@ def _sink_topk(fs, b: int) -> torch.Tensor:
     if k < MAX_SINKS:
         top = torch.nn.functional.pad(top, (0, MAX_SINKS - k))
     return top
+
+
+def on_host(fs: ForwardStats) -> ForwardStats:
+    """``fs`` with every tensor a record reads copied to the CPU at once (one copy per tensor).
+
+    Reducing a batch example by example from the GPU reads each statistic back once per example and waits
+    on the device each time; after this the per-example work only slices host memory. The dense blocks
+    (T4) stay where they are. A ForwardStats already on the CPU comes back as it is.
+    """
+    if fs.answer_len.device.type == "cpu":
+        return fs
+
+    def host(family):
+        if family is None:
+            return None
+        return type(family)(*(getattr(family, f.name).cpu() for f in fields(family)))
+
+    def cpu(x):
+        return None if x is None else x.cpu()
+
+    return replace(
+        fs, rows=host(fs.rows), lookups=host(fs.lookups), columns=host(fs.columns),
+        column_topk=host(fs.column_topk), logit_stats=cpu(fs.logit_stats), hidden=cpu(fs.hidden),
+        answer_mask=fs.answer_mask.cpu(), answer_len=fs.answer_len.cpu(), prompt_len=fs.prompt_len.cpu(),
+        key_mask=fs.key_mask.cpu(), response_start=cpu(fs.response_start),
+    )  # fmt: skip
 
 
 def reduce_forward(
@@ -169,6 +207,7 @@ def reduce_forward(
     Returns:
         ``B`` records in batch order.
     """
+    fs = on_host(fs)
     n = int(fs.answer_len.shape[0])
     if len(ids) != n:
         raise ValueError(f"reduce_forward needs one id per example: {n} examples, {len(ids)} ids")

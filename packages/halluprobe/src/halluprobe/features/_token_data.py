@@ -114,22 +114,30 @@ def token_features(fs: ForwardStats, b: int, length: int, view: str = "mean") ->
     return compose_view(token_parts(fs, b, length), view)
 
 
-def token_offsets(tokenizer, answer: str, ids: Sequence[int]) -> np.ndarray:
+def token_offsets(
+    tokenizer, answer: str, ids: Sequence[int], pieces: Sequence[str] | None = None
+) -> np.ndarray:
     """``[A, 2] int32`` character offsets in ``answer`` of each answer token.
 
     Each token is decoded on its own, except the tokens of a byte-level vocabulary that split a
     multi-byte character (CJK, emoji, accented letters): decoded alone they give U+FFFD, which is not
     the character's length, so such a run is decoded together and each of its tokens gets the
     characters its bytes belong to. Offsets therefore never drift after such a character; they are
-    clamped to the answer.
+    clamped to the answer. ``pieces``: each token already decoded on its own (saves those calls).
     """
     ids = [int(t) for t in ids]
+    if pieces is not None and len(pieces) != len(ids):
+        raise ValueError(f"token_offsets got {len(pieces)} decoded pieces for {len(ids)} tokens")
     decoded = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
     base = 0 if answer.startswith(decoded[:1]) else len(answer) - len(answer.lstrip())
     off = np.zeros((len(ids), 2), dtype=np.int64)
     i, pos = 0, 0
     while i < len(ids):
-        piece = tokenizer.decode([ids[i]], clean_up_tokenization_spaces=False)
+        piece = (
+            pieces[i]
+            if pieces is not None
+            else tokenizer.decode([ids[i]], clean_up_tokenization_spaces=False)
+        )
         group = _split_character_run(tokenizer, ids, i, decoded, pos) if "\ufffd" in piece else None
         if group is None:
             off[i] = pos, pos + len(piece)
