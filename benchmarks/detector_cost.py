@@ -57,12 +57,15 @@ def main() -> None:
     rows = []
     for name, det in dets.items():
         med = statistics.median(times[name])
-        reads = det.extractor(args.device).reads
+        reads = det.extractor(
+            args.device
+        ).reads  # None: a fine-tuned reader (one plain forward, no statistic)
         rows.append({
             "date": when, "device": gpu, "torch": torch.__version__, "triton": metadata.version("triton"),
             "detector": name, "feature_set": det.probe_.feature_set, "answers": len(triples),
             "median_s": round(med, 4), "answers_per_s": round(len(triples) / med, 1),
-            "layers_read": len(reads.layers), "contrast": reads.contrast,
+            "layers_read": len(reads.layers) if reads is not None else 0,
+            "contrast": bool(reads.contrast) if reads is not None else False,
         })  # fmt: skip
     with open(args.out / "detector_cost.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
