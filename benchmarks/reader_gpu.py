@@ -55,14 +55,16 @@ def _env() -> dict:
 
 def part_folds(args) -> dict:
     from halluprobe.reader._settings import ReaderSettings
-    from halluprobe.reader._transfer import fold_scores, write_fold_scores
+    from halluprobe.reader._transfer import fold_scores, held_out_aurocs, write_fold_scores
 
     settings = ReaderSettings()
-    folds = fold_scores(
-        _load(args.data, SOURCES), settings, proxy=args.proxy, device=args.device, progress=print
-    )
+    examples = _load(args.data, SOURCES)
+    folds = fold_scores(examples, settings, proxy=args.proxy, device=args.device, progress=print)
     write_fold_scores(args.out / "reader_scores.json", folds, {"settings": settings.as_dict(), "env": _env()})
-    return {k: {m: v for m, v in f.items() if m != "scores"} for k, f in folds.items()}
+    args.held_out = held_out_aurocs(examples, folds)
+    print("held-out AUROC:", json.dumps(args.held_out), flush=True)
+    out = {k: {m: v for m, v in f.items() if m != "scores"} for k, f in folds.items()}
+    return {**out, "held_out_auroc": args.held_out}
 
 
 def _val(rows):
@@ -94,7 +96,10 @@ def _throughput(reader, examples, n: int = 256) -> dict:
     }  # fmt: skip
 
 
-def part_packaged(args) -> dict:
+def part_packaged(args) -> dict | str:
+    best = max((v["mean"] for v in getattr(args, "held_out", {}).values()), default=float("inf"))
+    if best < args.package_above:
+        return f"skipped: the best held-out mean {best:.3f} is below {args.package_above}"
 
     from halluprobe.reader import Reader
     from halluprobe.reader._calibrate import rescored
@@ -147,6 +152,10 @@ def main() -> None:
     ap.add_argument("--parts", default="folds,packaged,insource")
     ap.add_argument("--proxy", default=None, help="proxy (default: SmolLM2); a tiny folder for a CPU dry run")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument(
+        "--package-above", type=float, default=-1.0,
+        help="fit the packaged candidates only when the folds' best mean held-out AUROC reaches this",
+    )  # fmt: skip
     ap.add_argument(
         "--budget", type=float, default=560.0, help="seconds; a part is started only with time left"
     )

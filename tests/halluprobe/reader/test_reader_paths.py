@@ -124,7 +124,13 @@ def test_reader_rows_in_leave_one_source_out(toy_proxy):
     from halluprobe.evaluation import leave_one_source_out
     from halluprobe.evaluation._transfer import floor_fitter
     from halluprobe.reader import ReaderSettings
-    from halluprobe.reader._transfer import fold_scores, read_fold_scores, reader_fitter, write_fold_scores
+    from halluprobe.reader._transfer import (
+        fold_scores,
+        held_out_aurocs,
+        read_fold_scores,
+        reader_fitter,
+        write_fold_scores,
+    )
     from halubench_data import Dataset
 
     examples = toy_examples(90)
@@ -142,6 +148,13 @@ def test_reader_rows_in_leave_one_source_out(toy_proxy):
     methods = {(r.source, r.method) for r in table.rows}
     assert {("a", "reader"), ("b", "reader"), ("a", "O+reader"), ("b", "O+reader")} <= methods
     assert all(r.kind == "reader" for r in table.rows if "reader" in r.method)
+    # the quick reading of the raw scores: a Platt slope keeps their ranking or reverses it (the toy's
+    # mixed rows separate so well that their calibrated probabilities saturate into ties: not compared)
+    quick = held_out_aurocs(examples, back)
+    for r in table.rows:
+        if r.method == "reader":
+            assert min(abs(quick["reader"][r.source] - a) for a in (r.auroc, 1 - r.auroc)) < 1e-12
+    assert set(quick["O+reader"]) == {"a", "b", "mean"}
 
 
 def test_cli_finetune_then_predict_the_folder(toy_proxy, tmp_path, capsys):

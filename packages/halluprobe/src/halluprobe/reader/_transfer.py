@@ -21,7 +21,7 @@ import numpy as np
 
 from halluprobe.reader._settings import ReaderSettings
 
-__all__ = ["fold_scores", "read_fold_scores", "reader_fitter", "write_fold_scores"]
+__all__ = ["fold_scores", "held_out_aurocs", "read_fold_scores", "reader_fitter", "write_fold_scores"]
 
 READER_ROWS = ("reader", "O+reader")
 """Method names of the reader's rows in a transfer table."""
@@ -143,3 +143,35 @@ def reader_fitter(folds: Mapping[str, Mapping[str, Any]]):
         }
 
     return fit
+
+
+def held_out_aurocs(
+    examples: Sequence[Any], folds: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, float]]:
+    """``{"reader": {source: AUROC, ..., "mean": m}, "O+reader": {...}}`` of every held-out source.
+
+    The AUROC of the raw scores, which the calibration (monotone) leaves unchanged; ``O+reader``'s weight
+    is chosen on the fold's validation answers, as `reader_fitter` chooses it. A quick reading of the
+    table that ``halluprobe transfer --reader-scores`` writes in full.
+    """
+    from halubench_data.grounding import overlap_score
+    from sklearn.metrics import roc_auc_score
+
+    from halluprobe.reader._scoring import choose_anchor
+
+    by_id = {e.id: e for e in examples}
+    out: dict[str, dict[str, float]] = {"reader": {}, "O+reader": {}}
+    for source, fold in folds.items():
+        scored = [by_id[i] for i in fold["scores"]]
+        s = np.array([fold["scores"][e.id] for e in scored])
+        o = np.array([overlap_score(e.context, e.question, e.answer) for e in scored])
+        y = np.array([e.label for e in scored])
+        val = np.array([e.source != source for e in scored])
+        tgt = ~val
+        anchor = choose_anchor(s[val], o[val], y[val], np.array([e.source for e in scored])[val])
+        if len(set(y[tgt].tolist())) == 2:
+            out["reader"][source] = float(roc_auc_score(y[tgt], s[tgt]))
+            out["O+reader"][source] = float(roc_auc_score(y[tgt], anchor(s[tgt], o[tgt])))
+    for row in out.values():
+        row["mean"] = float(np.mean(list(row.values()))) if row else float("nan")
+    return out
