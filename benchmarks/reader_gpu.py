@@ -59,8 +59,14 @@ def part_folds(args) -> dict:
 
     settings = ReaderSettings()
     examples = _load(args.data, SOURCES)
-    folds = fold_scores(examples, settings, proxy=args.proxy, device=args.device, progress=print)
-    write_fold_scores(args.out / "reader_scores.json", folds, {"settings": settings.as_dict(), "env": _env()})
+    meta = {"settings": settings.as_dict(), "env": _env()}
+
+    def keep(folds: dict) -> None:  # after every fold: a run cut short still brings its folds back
+        write_fold_scores(args.out / "reader_scores.json", folds, meta)
+
+    folds = fold_scores(
+        examples, settings, proxy=args.proxy, device=args.device, progress=print, on_fold=keep
+    )
     args.held_out = held_out_aurocs(examples, folds)
     print("held-out AUROC:", json.dumps(args.held_out), flush=True)
     out = {k: {m: v for m, v in f.items() if m != "scores"} for k, f in folds.items()}

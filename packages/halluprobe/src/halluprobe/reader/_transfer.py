@@ -35,6 +35,7 @@ def fold_scores(
     device: str | None = None,
     held_out: str = "all",
     progress: Callable[[str], None] | None = None,
+    on_fold: Callable[[dict[str, dict[str, Any]]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{held-out source: {"scores": {example id: raw score}, "pool", "val_auroc", "steps", ...}}``.
 
@@ -46,6 +47,7 @@ def fold_scores(
         device: Torch device (None: CUDA when available).
         held_out: ``"all"`` or ``"test"``: which examples of the held-out source are scored.
         progress: Optional ``(message) -> None`` told about each fold.
+        on_fold: Optional ``(folds so far) -> None`` called after each fold (to keep partial results).
 
     Raises:
         ValueError: an example longer than the proxy's positions (naming it), or a fold whose training
@@ -82,6 +84,8 @@ def fold_scores(
                 f"reader held out {name}: {fit.steps} steps, {fit.tokens_per_second:.0f} tokens/s, "
                 f"validation AUROC {fit.val_auroc:.3f} ({fit.pool})"
             )
+        if on_fold is not None:
+            on_fold(out)
     return out
 
 
