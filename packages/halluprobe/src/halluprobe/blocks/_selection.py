@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.preprocessing import StandardScaler
 
-from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, Standardizer, l9_matrix
+from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, l9_matrix
 from halluprobe.features._records import ExampleRecord
 from halluprobe.training._protocol import CS, KS
 
@@ -129,7 +130,7 @@ def cv_auroc(
     for c in sorted(cs):
         scores = []
         for tr, te in splits:
-            sc = Standardizer().fit(x[tr])
+            sc = StandardScaler().fit(x[tr])
             lr = _logreg(c).fit(sc.transform(x[tr]), y[tr])
             scores.append(float(auroc(lr.decision_function(sc.transform(x[te])), y[te])))
         mean = float(np.mean(scores))
@@ -236,7 +237,7 @@ def select_l9(
 
     y = np.asarray(y)
     x = l9_matrix(records, L9_CANDIDATES)
-    z = Standardizer().fit(x).transform(x)
+    z = StandardScaler().fit(x).transform(x)
     splits = _folds(y, groups, folds)
     best, tried = None, {}
     for c in sorted(cs):

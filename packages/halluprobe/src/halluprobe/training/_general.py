@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from sklearn.preprocessing import StandardScaler
 from halubench_data.metrics import auroc, best_by_validation
 
-from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, Standardizer, parse_feature_set
+from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, parse_feature_set
 from halluprobe.detectors._detector import Detector
 from halluprobe.features._records import ExampleRecord
 from halluprobe.training._anchor import ANCHOR_WEIGHTS, anchor, anchored_scores, parse_candidate
@@ -157,7 +158,7 @@ def fit_weighted(
     for b in blocks:
         b.fit(tr.records, tr.y)
     x_tr = np.hstack([b.transform(tr.records) for b in blocks])
-    scaler = Standardizer().fit(x_tr)
+    scaler = StandardScaler().fit(x_tr)
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(va.records) for b in blocks]))
     w = source_label_weights(tr.y, tr.source)
