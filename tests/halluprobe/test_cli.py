@@ -54,7 +54,11 @@ def test_train_defaults_and_options():
 
 def test_selection_commands_and_train_options(tmp_path):
     from halluprobe.blocks import Selection
-    from halluprobe.cli._main import _selections
+    from halluprobe.cli._main import train_options
+    from halluprobe.pipeline._options import _read_selections
+
+    def _selections(args):
+        return _read_selections(train_options(args))
 
     a7 = build_parser().parse_args(["select-a7"])
     assert (a7.split, a7.n_features, a7.out) == ("train", 7, "runs/select")

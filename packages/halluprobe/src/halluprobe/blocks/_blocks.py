@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.decomposition import PCA
 from sklearn.preprocessing import StandardScaler
 
-from halluprobe.features._records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
+from halluprobe.features._records import HEAD_FEATURES, HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
 A7_CANDIDATES: tuple[str, ...] = tuple(
     f"{s}.{p}"
@@ -33,8 +33,8 @@ A7_CANDIDATES: tuple[str, ...] = tuple(
 statistics (maximum weight, effective support, entropy, the lookback ratio built from prompt mass,
 the previous-token weight), the BOS sink rate and the log-diagonal."""
 
-HEAD_FEATURES: tuple[str, ...] = tuple(f"{s}.{p}" for s in HEAD_STATS for p in POOLS)
-"""Every pooled head statistic an A7 block accepts (a superset of `A7_CANDIDATES`)."""
+KS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+"""Numbers of induction heads searched for A7's ``K``, ascending (ties go to the first)."""
 
 L9_CANDIDATES: tuple[str, ...] = tuple(f"{s}.{p}" for s in LOGIT_STAT_NAMES for p in POOLS)
 """The paper's 224 logit candidates (Appendix L.2): four poolings of six scalar statistics and of
@@ -199,7 +199,7 @@ class _ProjectedBlock(Block):
     components: int
 
     def fit(self, records, y=None):
-        """Fit scikit-learn's ``StandardScaler`` and ``PCA`` on training records; components = min(64, n-1, d).
+        """Fit scikit-learn's ``StandardScaler`` and ``PCA`` on training records (min(64, n-1, d) components).
 
         Their fitted arrays are kept (``mean``, ``scale``, ``center``, ``components``), which is what a
         saved detector stores and what `transform` applies: the same arithmetic as
@@ -210,7 +210,12 @@ class _ProjectedBlock(Block):
         sc = StandardScaler().fit(x)
         n_comp = max(1, min(int(self.components), x.shape[0] - 1, x.shape[1]))
         pca = PCA(n_comp, svd_solver="full").fit(sc.transform(x))
-        self.arrays = {"mean": sc.mean_, "scale": sc.scale_, "center": pca.mean_, "components": pca.components_}
+        self.arrays = {
+            "mean": sc.mean_,
+            "scale": sc.scale_,
+            "center": pca.mean_,
+            "components": pca.components_,
+        }
         return self
 
     def transform(self, records):

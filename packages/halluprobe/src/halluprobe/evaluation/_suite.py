@@ -144,8 +144,8 @@ def evaluate_dataset(
     """
     from halubench_data import text_only_scores
 
+    from halluprobe.detectors._published_fit import published_scores
     from halluprobe.training._protocol import train_feature_sets
-    from halluprobe.training._training import published_scores
 
     lab, grp = split_labels(ds)
     fits = train_feature_sets(list(feature_sets), order, records["train"], lab["train"], grp["train"],
@@ -263,8 +263,8 @@ def pooled_transfer(
     """
     from halubench_data import select_threshold
 
+    from halluprobe.detectors._published_fit import fit_published
     from halluprobe.training._protocol import train_feature_sets
-    from halluprobe.training._training import fit_published
 
     recs = split_records(load, pooled)
     lab, grp = split_labels(pooled)

@@ -209,7 +209,7 @@ def anchored_fitter(candidates: Sequence[str], head_order: Sequence[int]) -> Fit
 
 def published_fitter(head_order: Sequence[int], logit_names: Sequence[str], toha: bool = False) -> Fitter:
     """The published detectors of `halluprobe.training.fit_published` on the pooled splits (unweighted)."""
-    from halluprobe.training._training import fit_published
+    from halluprobe.detectors._published_fit import fit_published
 
     def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
         recs = {"train": train.record_list(), "validation": validation.record_list()}

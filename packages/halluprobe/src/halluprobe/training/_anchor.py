@@ -89,7 +89,8 @@ def anchor(probe: ProbeFit, train: Sequence[ExampleRecord], y: np.ndarray, w: fl
     coef_g = np.zeros(zg_tr.shape[1])
     coef_g[col] = (1.0 - w) * unit / so
     combined = scaler_from_arrays(
-        np.concatenate([scaler.mean_, probe.scaler.mean_]), np.concatenate([scaler.scale_, probe.scaler.scale_])
+        np.concatenate([scaler.mean_, probe.scaler.mean_]),
+        np.concatenate([scaler.scale_, probe.scaler.scale_]),
     )
     intercept = (1.0 - w) * (shift - mo) / so + w * (probe.intercept - mp) / sp
     return ProbeFit(

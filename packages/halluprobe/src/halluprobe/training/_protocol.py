@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.preprocessing import StandardScaler
 from halubench_data.metrics import C_GRID, best_by_validation
+from sklearn.preprocessing import StandardScaler
 
 from halluprobe._numeric import sigmoid
 from halluprobe.blocks._blocks import (
     A7_SELECTION,
+    KS,
     L9_SELECTION,
     A7Block,
     A64Block,
@@ -36,8 +37,6 @@ from halluprobe.features._records import MAX_SINKS, ExampleRecord
 
 CS: tuple[float, ...] = C_GRID
 """Regularisation strengths searched, ascending (ties go to the first): ``halubench_data.metrics.C_GRID``."""
-KS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-"""Numbers of induction heads searched for A7, ascending."""
 
 
 @dataclass
