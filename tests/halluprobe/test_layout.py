@@ -198,6 +198,21 @@ def test_subpackages_import_neither_torch_nor_sklearn():
     assert run.returncode == 0, run.stderr
 
 
+def test_loading_a_saved_detector_imports_no_fitting_or_training_code():
+    code = (
+        "import sys\n"
+        "from halluprobe.detectors._default import load, packaged_path\n"
+        "if (packaged_path() / 'detector.json').is_file():\n"
+        "    load(None)\n"
+        "fitting = ('sklearn.decomposition', 'sklearn.linear_model', 'matplotlib', 'halluprobe.pipeline',\n"
+        "           'halluprobe.training._general', 'halluprobe.evaluation')\n"
+        "loaded = [m for m in fitting if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+
+
 @pytest.mark.parametrize("old", sorted(_lazy.MOVED_MODULES))
 def test_an_old_module_path_is_the_new_module_with_a_warning(old, monkeypatch):
     new = importlib.import_module(_lazy.MOVED_MODULES[old][0])

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from flashstats_hf.logits import LOGIT_STAT_NAMES
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.decomposition import PCA
 from sklearn.preprocessing import StandardScaler
 
 from halluprobe.features._records import HEAD_FEATURES, HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
@@ -206,6 +205,8 @@ class _ProjectedBlock(Block):
         ``PCA.transform(StandardScaler.transform(x))``. ``PCA`` flips each component so that its largest
         loading is positive, so the signs are reproducible.
         """
+        from sklearn.decomposition import PCA  # fit only: a saved detector's predictions never import it
+
         x = self._raw(records)
         sc = StandardScaler().fit(x)
         n_comp = max(1, min(int(self.components), x.shape[0] - 1, x.shape[1]))
