@@ -177,9 +177,10 @@ def judge_datasets(
     ``test_only`` (datasets without labelled validation, such as claim sets) its scores alone.
 
     Returns:
-        ``{"template", "mean_auroc", "aurocs", "datasets": {name: {"threshold", "test_ids", "test_scores",
-        "validation_scores"}}}`` (``test_only`` datasets: ``test_ids`` and ``test_scores`` over all their
-        examples), JSON-ready.
+        The JSON-ready document of the run, with the chosen ``template``, its ``mean_auroc`` and every
+        template's ``aurocs``, and under ``datasets`` each dataset's ``threshold``, ``test_ids``,
+        ``test_scores`` and ``validation_scores`` (those of ``test_only``: ``test_ids`` and
+        ``test_scores`` over all their examples).
     """
     sel = select_template(judge, selection, cache=cache, progress=progress)
     chosen = judge.with_template(sel.template)
