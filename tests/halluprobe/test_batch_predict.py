@@ -446,18 +446,9 @@ def test_cli_predict_input_shows_progress_on_stderr_unless_quiet(
     src.write_text(
         "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
     )
-    argv = [
-        "predict",
-        str(tmp_path / "d"),
-        "--input",
-        str(src),
-        "--json",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "4",
-    ]
-    assert main([*argv, *(["--quiet"] if quiet else [])]) == 0
+    flags = ["--input", str(src), "--json", "--device", "cpu", "--batch-size", "4"]  # fmt: skip
+    flags += ["--quiet"] if quiet else []
+    assert main(["predict", str(tmp_path / "d"), *flags]) == 0
     out, err = capsys.readouterr()
     docs = [json.loads(line) for line in out.splitlines()]  # stdout holds the predictions alone
     assert [d["probability"] for d in docs] == pytest.approx(
