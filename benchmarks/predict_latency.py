@@ -85,14 +85,51 @@ def markdown(rows: list[dict], header: str) -> str:
         s = [r["seconds"] for r in rows if r["case"] == c]
         lines.append(f"| {c} | {med[c]:.2f} | {min(s):.2f}–{max(s):.2f} |")
     fwd = statistics.median(r["forward_s"] for r in rows if r["case"] == "proxy forward")
+    above = med["predict, warm"] - med["import torch, transformers"] - fwd
     lines += [
         "",
-        f"The forward alone: {fwd:.3f} s (median). A warm `predict` takes {med['predict, warm']:.2f} s: "
-        f"{med['predict, warm'] - med['import torch, transformers']:.2f} s above importing torch and "
-        f"transformers, {med['predict, warm'] - med['proxy forward']:.2f} s above a process that imports "
+        f"The forward alone (in the proxy-forward process): {fwd:.3f} s (median). A warm `predict` takes "
+        f"{med['predict, warm']:.2f} s: {above:.2f} s above importing torch and transformers plus one proxy "
+        f"forward, and {med['predict, warm'] - med['proxy forward']:+.2f} s against a process that imports "
         "them, loads the proxy and runs one forward.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bytecode() -> str:
+    """Whether imports read compiled bytecode: torch's and transformers' ``.pyc`` present, writing allowed."""
+    import importlib.util
+
+    present = []
+    for name in ("torch", "transformers", "sklearn"):
+        origin = importlib.util.find_spec(name).origin
+        present.append(Path(importlib.util.cache_from_source(origin)).is_file())
+    cached = (
+        "compiled"
+        if all(present)
+        else "partly compiled"
+        if any(present)
+        else "not compiled (each import compiles)"
+    )
+    writes = "off" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+    return f"{cached}; writing .pyc {writes}"
+
+
+def _header(env: dict, repeat: int, note: str) -> str:
+    return (f"# Time to the first answer of `halluprobe predict` (CPU, {env['date']})\n\n"
+            f"Command: `uv run python benchmarks/predict_latency.py --repeat {repeat}`. {env['cpu']}, Python "
+            f"{env['python']}, torch {env['torch']}, transformers {env['transformers']}, bytecode cache "
+            f"{env['bytecode_cache']}. {note}").rstrip()  # fmt: skip
+
+
+def _read(out: Path) -> tuple[dict, list[dict]]:
+    """The environment and rows of a ``predict_latency.csv``."""
+    with (out / "predict_latency.csv").open(newline="") as f:
+        raw = list(csv.DictReader(f))
+    keys = ("case", "run", "seconds", "forward_s")
+    env = {k: v for k, v in raw[0].items() if k not in keys}
+    rows = [{k: float(r[k]) if k in ("seconds", "forward_s") and r[k] else r[k] for k in keys} for r in raw]
+    return env, rows
 
 
 def main() -> None:
@@ -100,21 +137,26 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--note", default="", help="how loaded the machine was (written under the table)")
+    p.add_argument("--rerender", action="store_true", help="only rewrite the Markdown from the CSV")
     args = p.parse_args()
-    rows = measure(args.repeat)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
-    cpu = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    bytecode = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
-    env = {"date": stamp, "cpu": cpu, "python": platform.python_version(), "bytecode_cache": bytecode}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "predict_latency.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, [*env, "case", "run", "seconds", "forward_s"])
-        w.writeheader()
-        w.writerows({**env, **r} for r in rows)
-    header = (f"# Time to the first answer of `halluprobe predict` (CPU, {stamp})\n\n"
-              f"Command: `uv run python benchmarks/predict_latency.py --repeat {args.repeat}`. {cpu}, Python "
-              f"{env['python']}, bytecode cache {bytecode}. {args.note}".rstrip())  # fmt: skip
-    (args.out / "predict_latency.md").write_text(markdown(rows, header))
+    if args.rerender:
+        env, rows = _read(args.out)
+    else:
+        rows = measure(args.repeat)
+        from importlib.metadata import version
+
+        env = {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
+            "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version(), "torch": version("torch"),
+            "transformers": version("transformers"), "bytecode_cache": _bytecode(),
+        }  # fmt: skip
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / "predict_latency.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, [*env, "case", "run", "seconds", "forward_s"])
+            w.writeheader()
+            w.writerows({**env, **r} for r in rows)
+    (args.out / "predict_latency.md").write_text(markdown(rows, _header(env, args.repeat, args.note)))
     print((args.out / "predict_latency.md").read_text())
 
 
