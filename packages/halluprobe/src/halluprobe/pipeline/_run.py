@@ -15,6 +15,8 @@ data → extraction → blocks → fit → calibration → threshold → save �
 
 from __future__ import annotations
 
+import os
+
 from halubench_data import clikit
 
 from halluprobe.pipeline._extraction import extract, start
@@ -46,7 +48,8 @@ def run(o: TrainOptions) -> Report | None:
         raise clikit.UsageError(f"unknown kind of run {o.kind!r}; expected one of {', '.join(FIT_STAGES)}")
     inputs = check_options(o)  # data
     device = start(o)
-    clikit.status(_describe(o, inputs.datasets))
+    if os.environ.get("RANK", "0") == "0":  # one process of a torchrun says it
+        clikit.status(_describe(o, inputs.datasets))
     x = extract(o, inputs, device) if stage.reads(o) else None  # extraction
     if x is not None and not x.world.main:
         return None  # the first process of a torchrun fits and reports
