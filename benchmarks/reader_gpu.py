@@ -109,8 +109,8 @@ def part_packaged(args) -> dict | str:
 
     from halluprobe.reader import Reader
     from halluprobe.reader._calibrate import rescored
+    from halluprobe.reader._data import as_examples
     from halluprobe.reader._evaluate import evaluate_reader
-    from halluprobe.reader._fitting import as_examples
 
     examples = _load(args.data, SOURCES)
     fit_rows = [e for e in examples if e.split in ("train", "validation")]
@@ -130,8 +130,8 @@ def part_packaged(args) -> dict | str:
 def part_insource(args) -> dict:
 
     from halluprobe.reader import Reader
+    from halluprobe.reader._data import as_examples
     from halluprobe.reader._evaluate import evaluate_reader
-    from halluprobe.reader._fitting import as_examples
     from halluprobe.reader._probes import probe_comparison
 
     examples = _load(args.insource, ("ragtruth_qa",))

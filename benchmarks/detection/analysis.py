@@ -41,31 +41,15 @@ class Inputs:
 _INPUTS: list[Inputs] = []
 
 
-def _judge(name: str, ds) -> list:
-    """The judge's validation and test scores of one dataset as a method (threshold by validation F1)."""
-    from halluprobe.evaluation import MethodScores
-
-    judge = _INPUTS[0].judge
-    if not judge or name not in judge["datasets"]:
-        return []
-    j = judge["datasets"][name]
-    if j["test_ids"] != [e.id for e in ds.test.examples]:
-        raise ValueError(f"judge test ids of {name} do not match the frozen dataset; rerun the judge phase")
-    y_val = np.asarray(ds.validation.labels)
-    label = f"SmolLM2 judge ({judge['template']})"
-    return [
-        MethodScores.chosen_on_validation(label, "judge", j["validation_scores"], j["test_scores"], y_val)
-    ]
-
-
 def _fit(name: str):
     from flashstats_hf import LOGIT_STAT_NAMES
     from halluprobe.evaluation import _suite as suite
 
     inp, ds = _INPUTS[0], _INPUTS[0].datasets[name]
     recs = suite.split_records(inp.cache.load, ds)
-    return suite.evaluate_dataset(ds, recs, inp.order, LOGIT_STAT_NAMES, extra=_judge(name, ds),
-                                  n_bootstrap=inp.n_boot, n_paired=inp.n_paired)  # fmt: skip
+    judge = suite.judge_methods(inp.judge, ds)
+    return suite.evaluate_dataset(ds, recs, inp.order, LOGIT_STAT_NAMES, extra=judge, n_bootstrap=inp.n_boot,
+                                  n_paired=inp.n_paired)  # fmt: skip
 
 
 def _pooled(n_boot: int):
@@ -76,12 +60,7 @@ def _pooled(n_boot: int):
     inp = _INPUTS[0]
     pooled = concat([inp.datasets[t] for t in data.RAGTRUTH_TASKS], "ragtruth_all")
     targets = {c: inp.datasets[c] for c in data.CLAIMS if c in inp.done}
-    judge = None
-    if inp.judge:
-        j = inp.judge["datasets"]
-        judge = {"name": f"SmolLM2 judge ({inp.judge['template']})",
-                 "validation": np.concatenate([j[t]["validation_scores"] for t in data.RAGTRUTH_TASKS]),
-                 "scores": {t: j[t]["test_scores"] for t in targets if t in j}}  # fmt: skip
+    judge = suite.pooled_judge(inp.judge, data.RAGTRUTH_TASKS, targets)
     return suite.pooled_transfer(pooled, targets, inp.cache.load, inp.order, LOGIT_STAT_NAMES, judge=judge,
                                  n_bootstrap=n_boot)  # fmt: skip
 

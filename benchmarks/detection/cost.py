@@ -1,6 +1,6 @@
 """Extraction cost: our recorded forward vs the dense path that reads ``output_attentions``.
 
-Three paths run on the same examples, one at a time (batch 1), after two warm-up examples:
+The paths run on the same examples, one at a time (batch 1), after two warm-up examples:
 
 - ``plain``: the decoder body alone (SDPA), no statistics: the floor.
 - ``ours``: :func:`flashstats_hf.record_forward` with every statistic family (T1 rows, T2 lookups with the
@@ -14,8 +14,8 @@ Three paths run on the same examples, one at a time (batch 1), after two warm-up
   prompt mass, log-diagonal, previous-token weight, BOS weight, column means) and the LM head on the
   answer positions.
 
-Time is wall-clock with device synchronisation; memory (CUDA only) is the peak allocated during the
-call minus what was allocated before it.
+Time is wall-clock with device synchronisation; memory (CUDA only) is the peak allocated during the call
+minus what was allocated before it (summed up by `halluprobe.evaluation._sections.cost_summary`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
         ``{"paths": {path: {"seconds_mean", "seconds_median", "peak_mib_mean", ...}}, "per_example": [...]}``.
     """
     from flashstats_hf import DEFAULT_REQUEST, format_example, load_model, record_forward
+    from halluprobe.evaluation._sections import cost_summary
 
     model, tok = load_model(folder, device=device, dtype=dtype)
     body = model.model
@@ -112,23 +113,13 @@ def measure_cost(test, folder, device: str, dtype, n: int) -> dict:
             row[f"{name}_s"], row[f"{name}_bytes"] = _timed(fn, device)
         if i >= 2:  # the first two warm up (kernel compilation, allocator)
             rows.append(row)
-    paths = {}
-    for name in [k[:-2] for k in rows[0] if k.endswith("_s")]:
-        s = np.array([r[f"{name}_s"] for r in rows])
-        mem = [r[f"{name}_bytes"] for r in rows]
-        paths[name] = {
-            "seconds_mean": float(s.mean()),
-            "seconds_median": float(np.median(s)),
-            "peak_mib_mean": float(np.mean(mem)) / 2**20 if mem[0] is not None else None,
-            "peak_mib_max": float(np.max(mem)) / 2**20 if mem[0] is not None else None,
-        }
     toks = np.array([r["tokens"] for r in rows])
     return {
         "n": len(rows),
         "tokens_median": float(np.median(toks)),
         "tokens_max": int(toks.max()),
         "dtype": str(dtype),
-        "paths": paths,
+        "paths": cost_summary(rows),
         "graph_buckets": None if graphed is None else [list(k) for k in graphed._graphs],
         "per_example": rows,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
+from halubench_data.sampling import balanced, first_per_label, shortest_per_split, uniform, uniform_per_split
 
 MAIN = ("ragtruth_qa", "ragtruth_qa_llama", "ragtruth_summary", "ragtruth_data2txt", "faithbench")
 """Datasets of the main table (each split 70/15/15 by group, seed 42, by its builder)."""
@@ -42,56 +42,8 @@ def _build_all(root: Path) -> dict:
     }
     claims = {f"claims_{n}": hd.load(f"{n}:{agg}") for n in ("wice", "lfqa", "claimverify")}
     claims["claims_expertqa"] = hd.load(f"expertqa:{root / 'expertqa'}")
-    for name, ds in claims.items():
-        rng = np.random.default_rng(42)
-        keep = sorted(rng.choice(len(ds), size=min(CLAIM_SAMPLE, len(ds)), replace=False).tolist())
-        out[name] = hd.Dataset(tuple(ds[i] for i in keep), name)
+    out.update({name: uniform(hd.Dataset(ds.examples, name), CLAIM_SAMPLE) for name, ds in claims.items()})
     return out
-
-
-def _shortest(ds, limit: int):
-    """At most ``limit`` examples per split, the shortest of each label (for a quick dry run)."""
-    import halubench_data as hd
-
-    keep = []
-    for split in ("train", "validation", "test"):
-        part = ds.split(split).examples
-        for label, want in ((1, (limit + 1) // 2), (0, limit // 2)):
-            pool = sorted((e for e in part if e.label == label), key=lambda e: len(e.context) + len(e.answer))
-            seen, chosen = set(), []
-            for e in pool:  # distinct groups first, so that grouped cross-validation has folds
-                if e.group not in seen and len(chosen) < want:
-                    chosen.append(e)
-                    seen.add(e.group)
-            chosen += [e for e in pool if e not in chosen][: want - len(chosen)]
-            keep.extend(chosen)
-    return hd.Dataset(tuple(keep), ds.name)
-
-
-def _random_subset(ds, n: int):
-    """At most ``n`` examples of each split, drawn uniformly (seed 42)."""
-    import halubench_data as hd
-
-    keep = []
-    for split in ("train", "validation", "test"):
-        part = ds.split(split).examples
-        rng = np.random.default_rng(42)
-        idx = sorted(rng.choice(len(part), size=min(n, len(part)), replace=False).tolist())
-        keep.extend(part[i] for i in idx)
-    return hd.Dataset(tuple(keep), ds.name)
-
-
-def _balanced(ds, n: int):
-    """``n`` examples, half of each label where possible, drawn uniformly (seed 42)."""
-    import halubench_data as hd
-
-    rng = np.random.default_rng(42)
-    keep = []
-    for label, want in ((1, (n + 1) // 2), (0, n // 2)):
-        pool = [e for e in ds if e.label == label]
-        idx = rng.choice(len(pool), size=min(want, len(pool)), replace=False)
-        keep.extend(pool[i] for i in sorted(idx.tolist()))
-    return hd.Dataset(tuple(keep), ds.name)
 
 
 def prepare(
@@ -121,14 +73,9 @@ def prepare(
             continue
         ds = hd.Dataset(ds.examples, name)
         if subset is not None:
-            ds = _random_subset(ds, subset) if name not in CLAIMS else _balanced(ds, subset)
+            ds = uniform_per_split(ds, subset) if name not in CLAIMS else balanced(ds, subset)
         if limit is not None:
-            if name in CLAIMS:
-                pos = [e for e in ds if e.label == 1][: (limit + 1) // 2]
-                neg = [e for e in ds if e.label == 0][: limit // 2]
-                ds = hd.Dataset(tuple(pos + neg), name)
-            else:
-                ds = _shortest(ds, limit)
+            ds = first_per_label(ds, limit) if name in CLAIMS else shortest_per_split(ds, limit)
         hd.write_jsonl(ds, out / f"{name}.jsonl", overwrite=True)
         counts[name] = len(ds)
     manifest = {

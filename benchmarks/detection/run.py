@@ -6,8 +6,7 @@ Phases (run all of them with ``--phase all``, or one at a time; each resumes fro
   claim sets from ``../shared/data`` and freeze them as JSONL under ``--data``.
 - ``extract``: one recorded SmolLM2 forward per example into halluprobe's resumable cache, plus per-token
   data of the RAGTruth answers (localisation) and TOHA's MTopDiv on RAGTruth QA.
-- ``judge``: SmolLM2 as a judge: four templates scored on the validation splits, the best by mean AUROC,
-  then validation (threshold) and test of every dataset.
+- ``judge``: SmolLM2 as a judge, its template by mean validation AUROC (`halujudge.judge_datasets`).
 - ``cost``: seconds per example and peak memory of our recorded forward vs the dense (eager) path.
 - ``analyze``: probes, detectors, baselines, tests, transfer, localisation, tables and plots.
 
@@ -28,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data  # noqa: E402
-from halubench_data import clikit  # noqa: E402
+from halluprobe.evaluation._tables import device_name  # noqa: E402
+from halubench_data import atomic_write_text, clikit  # noqa: E402
 
 TOHA_SETS = ("ragtruth_qa", "ragtruth_qa_llama")
 """Datasets whose records carry TOHA's MTopDiv (the dense response block is costly)."""
@@ -50,18 +50,15 @@ def _model_folder(args) -> Path:
 
 
 def _write_json(path: Path, obj) -> None:
-    from halubench_data import atomic_write_text
-
     atomic_write_text(path, json.dumps(obj, indent=1, default=float), overwrite=True)
 
 
 def phase_extract(args) -> None:
     """Records of every example (halluprobe cache) + per-token data + induction ranking."""
     import torch
-    from extraction import TimedExtractor
     from flashstats_hf import load_model
     from halluprobe import FeatureCache, ProxyExtractor, extract_records, induction_scores
-    from halluprobe.features import TokenStore
+    from halluprobe.features import DeadlineReached, TimedCompute, TokenStore
 
     datasets = data.load(args.data)
     model, tok = load_model(_model_folder(args), device=args.device, dtype=_dtype(args))
@@ -69,7 +66,7 @@ def phase_extract(args) -> None:
     settings = {**ext.settings, "proxy": "SmolLM2-135M-Instruct", "dtype": str(_dtype(args))}
     cache = FeatureCache(args.work / "cache", settings)
     _write_json(args.work / "settings.json", settings)  # the analysis opens the cache with the same settings
-    te = TimedExtractor(ext)
+    te = TimedCompute(ext, deadline=args.deadline)  # memory splits, a loud backend fallback, timing
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -79,8 +76,8 @@ def phase_extract(args) -> None:
         ext.token_store = TokenStore(args.work / "tokens") if name.startswith("ragtruth") else None
         try:
             examples = list(datasets[name].examples)
-            extract_records(examples, _until(te, args.deadline), cache, batch_size=args.batch_size,
-                            length=ext.length, progress=True, desc=name)  # fmt: skip
+            extract_records(examples, te, cache, batch_size=args.batch_size, length=ext.length, progress=True,
+                            desc=name)  # fmt: skip
         except DeadlineReached:
             print(f"extract: deadline reached during {name}; later datasets are left out", flush=True)
             break
@@ -94,7 +91,7 @@ def phase_extract(args) -> None:
         "wall_seconds": time.perf_counter() - t0,
         "seconds_per_example": te.seconds / max(te.count, 1), "backend": ext.backend, "log": te.log,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
-        "device": _device_name(args.device), "dtype": str(_dtype(args)), "batch_size": args.batch_size,
+        "device": device_name(args.device), "dtype": str(_dtype(args)), "batch_size": args.batch_size,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "layers": list(range(int(model.config.num_hidden_layers))),
         "induction": induction_scores(model).tolist(), "complete": complete,
@@ -107,21 +104,6 @@ def phase_extract(args) -> None:
     print(f"extract: {te.count} new records in {te.seconds:.1f} s ({ext.backend}); cache has {len(cache)}")
 
 
-class DeadlineReached(RuntimeError):
-    """The run's ``--deadline`` passed; the phase stops and later phases use what is finished."""
-
-
-def _until(compute, deadline: float | None):
-    """``compute`` that raises :class:`DeadlineReached` once ``deadline`` (Unix time) has passed."""
-
-    def call(batch):
-        if deadline is not None and time.time() > deadline:
-            raise DeadlineReached
-        return compute(batch)
-
-    return call
-
-
 def _past(args, phase: str) -> bool:
     if args.deadline is not None and time.time() > args.deadline:
         print(f"{phase}: deadline passed, skipped", flush=True)
@@ -129,19 +111,9 @@ def _past(args, phase: str) -> bool:
     return False
 
 
-def _device_name(device: str) -> str:
-    import platform
-
-    import torch
-
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
 def phase_judge(args) -> None:
     """SmolLM2 as a judge: template by mean validation AUROC, threshold by validation F1, test."""
-    from halujudge import LLMJudge, ScoreCache, run_evaluation, select_template
+    from halujudge import LLMJudge, ScoreCache, judge_datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if _past(args, "judge"):
@@ -152,29 +124,14 @@ def phase_judge(args) -> None:
     model = model.to(args.device).eval()
     tok = AutoTokenizer.from_pretrained(folder)
     judge = LLMJudge(model, tok, "plain", model_id="SmolLM2-135M-Instruct", batch_size=args.judge_batch)
-    cache = ScoreCache(args.work / "judge_scores.jsonl")
-    selection_sets = [datasets[n] for n in (*data.RAGTRUTH_TASKS, "faithbench")]
     t0 = time.perf_counter()
-    sel = select_template(judge, selection_sets, cache=cache)
-    chosen = judge.with_template(sel.template)
-    out = {"template": sel.template, "mean_auroc": sel.mean_auroc, "aurocs": sel.aurocs, "datasets": {}}
-    for name in data.MAIN:
-        run = run_evaluation(chosen, datasets[name], f"SmolLM2 judge ({sel.template})", cache, selection=sel)
-        out["datasets"][name] = {
-            "threshold": run.threshold,
-            "test_ids": run.test_ids,
-            "test_scores": run.test_scores.tolist(),
-            "validation_scores": run.validation_scores.tolist(),
-        }
-    for name in data.CLAIMS:
-        ds = datasets[name]
-        out["datasets"][name] = {
-            "test_ids": [e.id for e in ds],
-            "test_scores": chosen.score(ds.examples, cache).tolist(),
-        }
+    out = judge_datasets(
+        judge, [datasets[n] for n in (*data.RAGTRUTH_TASKS, "faithbench")], [datasets[n] for n in data.MAIN],
+        [datasets[n] for n in data.CLAIMS], cache=ScoreCache(args.work / "judge_scores.jsonl"),
+    )  # fmt: skip
     out["seconds"] = time.perf_counter() - t0
     _write_json(args.work / "judge.json", out)
-    print(f"judge: template {sel.template} (mean validation AUROC {sel.mean_auroc:.3f})")
+    print(f"judge: template {out['template']} (mean validation AUROC {out['mean_auroc']:.3f})")
 
 
 def phase_cost(args) -> None:
@@ -187,7 +144,7 @@ def phase_cost(args) -> None:
     res = measure_cost(
         datasets["ragtruth_qa"].test, _model_folder(args), args.device, _dtype(args), args.cost_n
     )
-    res["device"] = _device_name(args.device)
+    res["device"] = device_name(args.device)
     _write_json(args.work / "cost.json", res)
     print(json.dumps({k: v for k, v in res.items() if k != "per_example"}, indent=1, default=float))
 

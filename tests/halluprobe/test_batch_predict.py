@@ -470,3 +470,29 @@ def test_decode_pieces_uses_the_batched_decoder_of_a_real_tokenizer():
     np.testing.assert_array_equal(offsets, token_offsets(fast, "a b Ġc", [1, 2, 3]))
     with pytest.raises(ValueError, match="2 decoded pieces for 3 tokens"):
         token_offsets(fast, "a b Ġc", [1, 2, 3], pieces=want[0][:2])
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["bar", "quiet"])
+def test_cli_predict_input_shows_progress_on_stderr_unless_quiet(
+    ext, detector, tmp_path, monkeypatch, capsys, quiet
+):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    monkeypatch.setattr("halluprobe.cli._predict.PROGRESS_CHUNK", 1)  # one update per forward
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    triples = TRIPLES * 3
+    src.write_text(
+        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
+    )
+    flags = ["--input", str(src), "--json", "--device", "cpu", "--batch-size", "4"]  # fmt: skip
+    flags += ["--quiet"] if quiet else []
+    assert main(["predict", str(tmp_path / "d"), *flags]) == 0
+    out, err = capsys.readouterr()
+    docs = [json.loads(line) for line in out.splitlines()]  # stdout holds the predictions alone
+    assert [d["probability"] for d in docs] == pytest.approx(
+        [p.probability for p in detector.predict_batch(triples, batch_size=4)], abs=1e-5
+    )
+    if quiet:
+        assert err == ""
+    else:
+        assert "answers:" in err and f"{len(triples)}/{len(triples)}" in err

@@ -174,3 +174,28 @@ def test_block_in_a_pipeline_under_cross_val_score(record_factory):
     pipe = make_pipeline(A64Block(k=1, components=8), LogisticRegression())
     scores = cross_val_score(pipe, recs, y, cv=3, scoring="roc_auc")
     assert scores.shape == (3,) and scores.mean() > 0.9
+
+
+def _naive_projection(x: np.ndarray, n_comp: int) -> dict[str, np.ndarray]:
+    """Reference: column standardisation and an SVD whose largest loading per component is positive."""
+    sd = x.std(0)
+    mean, scale = x.mean(0), np.where(sd > 1e-12, sd, 1.0)
+    z = (x - mean) / scale
+    center = z.mean(0)
+    _, _, vt = np.linalg.svd(z - center, full_matrices=False)
+    flip = np.sign(vt[np.arange(vt.shape[0]), np.abs(vt).argmax(1)])
+    return {"mean": mean, "scale": scale, "center": center, "components": (vt * flip[:, None])[:n_comp]}
+
+
+@pytest.mark.parametrize("n_train", [2, 9, 40], ids=lambda n: f"N{n}")
+def test_projected_block_arrays_match_a_naive_standardiser_and_svd(record_factory, n_train):
+    recs = _records(record_factory, n_train, nl=2, h=4, dm=6)
+    for rec in recs:  # a constant column: left centred (scale 1), as the naive reference does
+        rec.hidden_pooled[0, 0, 0] = 0.25
+    block = H64Block().fit(recs, np.arange(n_train) % 2)
+    raw = np.stack([r.hidden_pooled[0].reshape(-1) for r in recs]).astype(np.float64)
+    want = _naive_projection(raw, min(64, n_train - 1, raw.shape[1]))
+    assert set(block.arrays) == set(want)
+    for name, ref in want.items():
+        np.testing.assert_allclose(block.arrays[name], ref, atol=1e-10, err_msg=name)
+    assert block.arrays["scale"][0] == 1.0

@@ -54,7 +54,11 @@ def test_train_defaults_and_options():
 
 def test_selection_commands_and_train_options(tmp_path):
     from halluprobe.blocks import Selection
-    from halluprobe.cli._main import _selections
+    from halluprobe.cli._main import train_options
+    from halluprobe.pipeline._options import _read_selections
+
+    def _selections(args):
+        return _read_selections(train_options(args))
 
     a7 = build_parser().parse_args(["select-a7"])
     assert (a7.split, a7.n_features, a7.out) == ("train", 7, "runs/select")
@@ -249,3 +253,14 @@ def test_the_verdict_line_shows_probability_and_threshold_apart():
     # both round to 0.499 at three decimals: more digits, so the verdict is not a puzzle
     assert verdict_line(0.49912, 0.49937, 0) == "p(hallucinated) = 0.4991  threshold 0.4994  -> supported"
     assert verdict_line(0.5, 0.5, 1).startswith("p(hallucinated) = 0.50000000  threshold 0.50000000")
+
+
+def test_transfer_help_names_the_packaged_recipe():
+    from halluprobe.detectors._default import packaged_path
+
+    doc = json.loads((packaged_path() / "detector.json").read_text())
+    if not doc.get("selection", {}).get("probe_weight"):
+        pytest.skip("the packaged detector is not an anchored mix")
+    recipe = f"O+{doc['feature_set'].removeprefix('G')}@{doc['selection']['probe_weight']:g}"
+    sub = build_parser()._subparsers._group_actions[0].choices["transfer"]
+    assert f"the packaged detector is {recipe})" in " ".join(sub.format_help().split())

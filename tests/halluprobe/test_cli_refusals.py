@@ -134,23 +134,37 @@ def test_token_probe_without_spans_fails_before_the_proxy(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("module", "argv", "flag"),
+    ("module", "argv", "flag", "name"),
     [
-        ("halluprobe.cli", ["train", "--proxy", "someorg/missing-model"], "--proxy"),
+        ("halluprobe.cli", ["train", "--proxy", "someorg/missing-model"], "--proxy", "someorg/missing-model"),
         (
             "halujudge.cli",
             ["evaluate", "--judge", "someorg/missing-model", "--dataset", "default"],
             "--judge",
+            "someorg/missing-model",
         ),
+        # a bare hub id (no organisation): one line too, not the hub client's retries
+        ("halujudge.cli", ["evaluate", "--judge", "nosuch", "--dataset", "default"], "--judge", "nosuch"),
     ],
+    ids=["proxy", "judge", "judge-bare-name"],
 )
-def test_an_uncached_hub_id_fails_at_once_when_offline(tmp_path, module, argv, flag):
+def test_an_uncached_hub_id_fails_at_once_when_offline(tmp_path, module, argv, flag, name):
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     argv = [*argv, "--out", str(tmp_path / "run")]
-    err = assert_refused(
-        argv, f"{flag} someorg/missing-model: not in the local Hugging Face cache", module=module, env=env
-    )
+    err = assert_refused(argv, f"{flag} {name}: not in the local Hugging Face cache", module=module, env=env)
     assert "offline" in err
+
+
+def test_a_judge_alias_is_left_to_the_loader(monkeypatch):
+    from halubench_data import cliargs, clikit
+
+    def to_the_hub(*args):
+        raise RuntimeError("went to the hub")
+
+    monkeypatch.setattr(cliargs, "check_hub_id", to_the_hub)
+    clikit.check_model_arg("smollm2", "--judge", ("smollm2",))
+    with pytest.raises(RuntimeError, match="went to the hub"):
+        clikit.check_model_arg("smollm2", "--proxy")
 
 
 def test_build_from_a_folder_names_the_file_it_expects(tmp_path):

@@ -19,7 +19,24 @@ SRC = Path(halluprobe.__file__).resolve().parent
 MAX_LINES = 400
 # over MAX_LINES, each to be split into smaller private modules; no module may join this list
 TOO_LONG: dict[str, int] = {}
-SUBPACKAGES = ("blocks", "cli", "detectors", "evaluation", "features", "localisation", "training")
+SUBPACKAGES = (
+    "blocks",
+    "cli",
+    "detectors",
+    "evaluation",
+    "features",
+    "localisation",
+    "pipeline",
+    "reader",
+    "training",
+)
+LAYERS = (
+    "base", "features", "blocks", "training", "localisation", "detectors", "evaluation", "reader", "pipeline",
+    "serving", "cli",
+)  # fmt: skip
+"""halluprobe's layers, bottom first: a module imports only from its own layer or the ones below (the
+private flat modules ``_numeric``, ``_lazy``, ... are ``base``; the package's own ``__init__`` re-exports
+everything and stands above all)."""
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -106,6 +123,42 @@ def test_no_import_circle_between_halluprobe_modules():
     assert cycles(graph) == []
 
 
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "top"
+    return "base" if parts[1].startswith("_") else parts[1]
+
+
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Every import (module level, in a function or for type checking) from a lower layer to a higher one."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        if layer(a) != "top"
+        for b in targets
+        if layer(b) != "top" and rank[layer(b)] > rank[layer(a)]
+    )
+
+
+def test_the_layer_checker_reports_a_climb(tmp_path):
+    pkg = tmp_path / "halluprobe"
+    for sub in ("features", "cli"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from halluprobe import cli\n")  # the top re-exports: no climb
+    (pkg / "features" / "_a.py").write_text("def f():\n    from halluprobe.cli import _b\n")
+    (pkg / "cli" / "_b.py").write_text("from halluprobe.features import _a\n")
+    assert climbs(import_graph(pkg)) == ["halluprobe.features._a -> halluprobe.cli._b"]
+
+
+def test_no_import_climbs_back_up_a_layer():
+    graph = import_graph(SRC)
+    assert {layer(m) for m in graph} <= {*LAYERS, "top"}
+    assert climbs(graph) == []
+
+
 def test_modules_stay_small():
     lengths = {module_name(SRC, p): len(p.read_text().splitlines()) for p in SRC.rglob("*.py")}
     too_long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in TOO_LONG}
@@ -150,6 +203,21 @@ def test_subpackages_import_neither_torch_nor_sklearn():
         f"import {', '.join(f'halluprobe.{n}' for n in SUBPACKAGES)}\n"
         "heavy = [m for m in ('torch', 'sklearn', 'transformers', 'flashstats_hf') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+
+
+def test_loading_a_saved_detector_imports_no_fitting_or_training_code():
+    code = (
+        "import sys\n"
+        "from halluprobe.detectors._default import load, packaged_path\n"
+        "if (packaged_path() / 'detector.json').is_file():\n"
+        "    load(None)\n"
+        "fitting = ('sklearn.decomposition', 'sklearn.linear_model', 'matplotlib', 'halluprobe.pipeline',\n"
+        "           'halluprobe.training._general', 'halluprobe.evaluation')\n"
+        "loaded = [m for m in fitting if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr

@@ -90,7 +90,7 @@ def test_train_feature_sets_end_to_end(record_factory):
 
 def test_addition_tests_are_holm_corrected():
     from halluprobe.evaluation import MethodScores, evaluate_methods
-    from halluprobe.training._training import addition_tests
+    from halluprobe.pipeline._report import addition_tests
     from halubench_data.metrics import holm, paired_bootstrap
 
     rng = np.random.default_rng(7)

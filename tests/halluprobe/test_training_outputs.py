@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from flashstats_hf import LOGIT_STAT_NAMES
 from halluprobe import DegenerateFitWarning
-from halluprobe.training import fit_published, run_training
+from halluprobe.detectors import fit_published
+from halluprobe.pipeline import run_training
 from halubench_data import build_default
 
 

@@ -127,7 +127,7 @@ def test_every_cli_has_version_quiet_debug_and_device_default(module):
     ("module", "argv"),
     [
         ("halluprobe.cli", ["extract", "--device", "cpu"]),
-        ("halujudge.cli", ["evaluate", "--judge", "x", "--device", "cpu"]),
+        ("halujudge.cli", ["evaluate", "--judge", "smollm2", "--device", "cpu"]),
     ],
 )
 def test_limit_reads_the_same_in_every_cli(module, argv, tmp_path, capsys):
@@ -148,7 +148,10 @@ def test_limit_reads_the_same_in_every_cli(module, argv, tmp_path, capsys):
     [
         ("halluprobe.cli", ["predict", "nowhere", "--context", "c", "--answer", "a", "--device", "garbage"]),
         ("halluprobe.cli", ["extract", "--device", "nonsense", "--out", "unused"]),
-        ("halujudge.cli", ["evaluate", "--judge", "x", "--dataset", "d", "--out", "o", "--device", "zz"]),
+        (
+            "halujudge.cli",
+            ["evaluate", "--judge", "smollm2", "--dataset", "d", "--out", "o", "--device", "zz"],
+        ),
     ],
 )
 def test_cli_device_errors_exit_2_in_one_line(module, argv, tmp_path, monkeypatch, capsys):

@@ -118,7 +118,7 @@ def test_length_balancing_gives_length_auroc_one_half(seed):
     lengths = rng.poisson(3 + 6 * labels)  # hallucinated answers are longer
     assert auroc(lengths, labels) > 0.8
     keep = balance_lengths(lengths, labels, seed=seed)
-    assert auroc(lengths[keep], labels[keep]) == 0.5
+    assert auroc(lengths[keep], labels[keep]) == pytest.approx(0.5, abs=1e-12)  # sklearn sums trapezoids
     for length in np.unique(lengths[keep]):
         sel = lengths[keep] == length
         assert labels[keep][sel].sum() * 2 == sel.sum()

@@ -177,7 +177,17 @@ def test_evaluate_end_to_end_and_resume(tiny_llama, tiny_tokenizer, make_example
 
 def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
     assert (
-        main(["evaluate", "--judge", "x", "--dataset", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+        main(
+            [
+                "evaluate",
+                "--judge",
+                "smollm2",
+                "--dataset",
+                str(tmp_path / "none.jsonl"),
+                "--out",
+                str(tmp_path),
+            ]
+        )
         == 2
     )
     assert "no such file" in capsys.readouterr().err
@@ -206,7 +216,18 @@ def test_a_split_that_cannot_be_scored_fails_before_the_judge_loads(
     one = write_jsonl([make_example(i, 0, "validation") for i in range(3)], tmp_path / "one.jsonl")
     extra = [str(one) if a == "ONE" else a for a in extra]
     out = tmp_path / "out"
-    argv = ["evaluate", "--judge", "x", "--dataset", str(data), "--out", str(out), "--device", "cpu", *extra]
+    argv = [
+        "evaluate",
+        "--judge",
+        "smollm2",
+        "--dataset",
+        str(data),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *extra,
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1 and not out.exists()

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from halubench_data import Dataset
-from halujudge import LLMJudge, run_evaluation, select_template
+from halujudge import LLMJudge, judge_datasets, run_evaluation, select_template
 from sklearn.metrics import f1_score, roc_auc_score
 
 
@@ -67,3 +67,20 @@ def test_protocol_refuses_splits_it_cannot_use(tiny_qwen2, tiny_tokenizer, make_
         select_template(judge, [only_negatives], progress=False)
     with pytest.raises(ValueError, match="at least one selection dataset"):
         select_template(judge, [], progress=False)
+
+
+def test_judge_datasets_chooses_the_template_once_and_scores_every_dataset(
+    tiny_qwen2, tiny_tokenizer, make_example
+):
+    judge = LLMJudge(tiny_qwen2, tiny_tokenizer, "plain", model_id="tiny", batch_size=4)
+    sets = [_dataset(make_example, 6, 4, seed, f"set{seed}")[0] for seed in (1, 2)]
+    claims = Dataset(sets[1].test.examples, "claims")
+    doc = judge_datasets(judge, sets, sets[:1], [claims], progress=False)
+    sel = select_template(judge, sets, progress=False)
+    assert (doc["template"], doc["mean_auroc"]) == (sel.template, pytest.approx(sel.mean_auroc))
+    run = run_evaluation(judge.with_template(sel.template), sets[0], "x", progress=False)
+    got = doc["datasets"]["set1"]
+    assert got["threshold"] == run.threshold and got["test_ids"] == run.test_ids
+    np.testing.assert_allclose(got["validation_scores"], run.validation_scores)
+    only = doc["datasets"][claims.name]
+    assert set(only) == {"test_ids", "test_scores"} and only["test_ids"] == [e.id for e in claims]

@@ -1,10 +1,8 @@
 """`halluprobe transfer --judge`: every template scored by the proxy, the scores kept in OUT/cache.jsonl."""
 
-import argparse
-
 import numpy as np
 import pytest
-from halluprobe.cli._transfer import _judge_scores
+from halluprobe.pipeline._judge import judge_scores
 from halubench_data import Dataset, Example
 from halujudge import LLMJudge
 
@@ -19,8 +17,11 @@ def _dataset() -> Dataset:
 
 def test_judge_scores_equal_the_judge_and_are_cached(tiny_qwen2, tiny_tokenizer, tmp_path, monkeypatch):
     ds = _dataset()
-    args = argparse.Namespace(out=str(tmp_path), judge_template=["plain", "strict"], proxy=None, batch_size=2)
-    got = _judge_scores(tiny_qwen2, tiny_tokenizer, [ds], args)
+
+    def scores(*templates):
+        return judge_scores(tiny_qwen2, tiny_tokenizer, [ds], out=tmp_path, templates=templates, batch_size=2)
+
+    got = scores("plain", "strict")
     assert list(got) == ["plain", "strict"]
     for name, per in got.items():
         direct = LLMJudge(tiny_qwen2, tiny_tokenizer, name, model_id="default").score(
@@ -33,11 +34,6 @@ def test_judge_scores_equal_the_judge_and_are_cached(tiny_qwen2, tiny_tokenizer,
         raise AssertionError("a cached score was computed again")
 
     monkeypatch.setattr(LLMJudge, "_forward", no_forward)
-    assert _judge_scores(tiny_qwen2, tiny_tokenizer, [ds], args) == got
+    assert scores("plain", "strict") == got
     with pytest.raises(AssertionError, match="computed again"):  # a template not in the cache is scored
-        _judge_scores(
-            tiny_qwen2,
-            tiny_tokenizer,
-            [ds],
-            argparse.Namespace(**{**vars(args), "judge_template": ["claims"]}),
-        )
+        scores("claims")

@@ -85,14 +85,14 @@ CASES = [
     (D, ["build", "--dataset", "wice:{out}/none", "--out", "{out}"], "does not exist"),
     (
         J,
-        ["evaluate", "--judge", "x", "--dataset", "{malformed}", "--out", "{out}", "--device", "cpu"],
+        ["evaluate", "--judge", "smollm2", "--dataset", "{malformed}", "--out", "{out}", "--device", "cpu"],
         "malformed.jsonl:2",
     ),  # fmt: skip
-    (J, ["evaluate", "--judge", "x", "--dataset", "d", "--out", "{file}", "--device", "cpu"], "--out"),
-    (J, ["evaluate", "--judge", "x", "--dataset", "d", "--out", "{out}", "--limit", "0"], "--limit"),
+    (J, ["evaluate", "--judge", "smollm2", "--dataset", "d", "--out", "{file}", "--device", "cpu"], "--out"),
+    (J, ["evaluate", "--judge", "smollm2", "--dataset", "d", "--out", "{out}", "--limit", "0"], "--limit"),
     (
         J,
-        ["evaluate", "--judge", "x", "--dataset", "{dirjsonl}", "--out", "{out}", "--device", "cpu"],
+        ["evaluate", "--judge", "smollm2", "--dataset", "{dirjsonl}", "--out", "{out}", "--device", "cpu"],
         "dir.jsonl",
     ),  # fmt: skip
 ]
@@ -127,7 +127,7 @@ def test_cuda_without_a_gpu(main, tmp_path, capsys):
     argv = (
         ["extract", "--out", out]
         if main is probe_main
-        else ["evaluate", "--judge", "x", "--dataset", "d", "--out", out]
+        else ["evaluate", "--judge", "smollm2", "--dataset", "d", "--out", out]
     )
     assert main([*argv, "--device", "cuda"]) == 2
     err = capsys.readouterr().err

@@ -26,7 +26,7 @@ ALLOWED = {
     "halubench_data": set(),
 }
 # module -> {first-party module: the files (relative to src) that may import it as an optional extra}
-OPTIONAL = {"halluprobe": {"halujudge": {"halluprobe/cli/_transfer.py"}}}
+OPTIONAL = {"halluprobe": {"halujudge": {"halluprobe/pipeline/_judge.py"}}}
 # third-party roots the kernels package may import: torch and triton only (numpy if ever needed)
 KERNEL_THIRD_PARTY = {"torch", "triton", "numpy"}
 DIST = {

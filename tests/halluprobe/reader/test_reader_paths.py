@@ -64,7 +64,7 @@ def test_pooling_of_token_logits():
 
 
 def test_false_alarm_threshold_keeps_the_mean_rate_over_sources():
-    from halluprobe.training._calibration import false_alarm_threshold
+    from halluprobe.training._thresholds import false_alarm_threshold
 
     probs = {"a": np.array([0.1, 0.2, 0.3, 0.4, 0.9]), "b": np.array([0.5, 0.6, 0.7, 0.8])}
     labels = {"a": np.array([0, 0, 0, 0, 1]), "b": np.array([0, 0, 1, 1])}
@@ -78,7 +78,7 @@ def test_false_alarm_threshold_keeps_the_mean_rate_over_sources():
 
 @pytest.mark.parametrize("rule", ["false-alarm@", "false-alarm@2", "f1", "false-alarm"])
 def test_unknown_threshold_rules_are_refused(rule):
-    from halluprobe.training._calibration import check_threshold_rule
+    from halluprobe.training._thresholds import check_threshold_rule
 
     with pytest.raises(ValueError, match="threshold rule must be one of"):
         check_threshold_rule(rule)
@@ -110,8 +110,8 @@ def test_an_anchored_copy_chooses_its_weight_on_validation(fitted_reader):
 
 
 def test_test_metrics_of_a_reader(fitted_reader):
+    from halluprobe.reader._data import as_examples
     from halluprobe.reader._evaluate import evaluate_reader
-    from halluprobe.reader._fitting import as_examples
 
     test = as_examples([e for e in toy_examples() if e.split == "test"], None, None)
     res = evaluate_reader(fitted_reader, test, n_bootstrap=50)

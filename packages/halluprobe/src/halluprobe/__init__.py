@@ -57,11 +57,11 @@ if TYPE_CHECKING:
     )
     from halluprobe.features._grounding import fill_grounding
     from halluprobe.localisation._verdict_spans import PredictedSpan
+    from halluprobe.pipeline._general import GeneralFit, fit_general, train_general
+    from halluprobe.pipeline._train import train
     from halluprobe.reader import Reader
     from halluprobe.training import ProbeFit, fit_blocks, select_heads, select_sink_count, train_feature_sets
     from halluprobe.training._calibration import Calibrator, DegenerateFitWarning, expected_f1_threshold
-    from halluprobe.training._general import GeneralFit, fit_general, train_general
-    from halluprobe.training._train import train
 
 __version__ = "0.1.0"
 
@@ -79,10 +79,10 @@ _EXPORTS = {
     "Calibrator": "training._calibration",
     "DegenerateFitWarning": "training._calibration",
     "expected_f1_threshold": "training._calibration",
-    "GeneralFit": "training._general",
-    "fit_general": "training._general",
-    "train_general": "training._general",
-    "train": "training._train",
+    "GeneralFit": "pipeline._general",
+    "fit_general": "pipeline._general",
+    "train_general": "pipeline._general",
+    "train": "pipeline._train",
     "load": "detectors._default",
     "fill_grounding": "features._grounding",
     "PredictedSpan": "localisation._verdict_spans",

@@ -103,14 +103,15 @@ def read_bounded(path: str | os.PathLike[str], flag: str, limit: int = MAX_INPUT
     return data
 
 
-def check_model_arg(name: str | None, flag: str) -> None:
+def check_model_arg(name: str | None, flag: str, aliases: Sequence[str] = ()) -> None:
     """An error naming ``flag`` when the model ``name`` cannot be what the loader needs.
 
     A name counts as a path when it is absolute or starts with ``.`` or ``~``, has more than one ``/``
-    or a weights-file suffix (``.gguf``, ``.safetensors``, ``.bin``): it must exist. A hub id
-    ``org/name`` must be in the local Hugging Face cache, or the hub must answer (`check_hub_id`); an
-    alias (``smollm2``) is left to the loader. Checked before a model or dataset loads (and before
-    torch is imported), so a typo or a missing network fails at once.
+    or a weights-file suffix (``.gguf``, ``.safetensors``, ``.bin``): it must exist. One of ``aliases``
+    (``smollm2``) is left to the loader. Any other name is a hub id (``org/name``, or a bare ``name``):
+    it must be in the local Hugging Face cache, or the hub must answer (`check_hub_id`). Checked before
+    a model or dataset loads (and before torch is imported), so a typo or a missing network fails at
+    once, in one line, rather than after the hub client's retries.
 
     Raises:
         UsageError: an empty name, or a hub id that is neither cached nor reachable.
@@ -129,7 +130,7 @@ def check_model_arg(name: str | None, flag: str) -> None:
     )
     if looks_like_path:
         raise FileNotFoundError(f"{flag} {name}: no such file or folder")
-    if name.count("/") == 1:
+    if name not in aliases:
         check_hub_id(name, flag)
 
 

@@ -1,5 +1,11 @@
 """Shared evaluation: AUROC, F1 at a threshold, threshold selection, group bootstrap, Holm.
 
+The point metrics (AUROC, precision, recall, F1) are scikit-learn's, with the project's conventions
+below. The bootstrap is ours: it resamples whole groups and reads every resample's metric from
+per-group counts in one matrix product (below), where a loop over ``sklearn.metrics`` re-ranks every
+resample (4,000 paired AUROC resamples of 1,086 answers in 300 groups: 0.19 s against 20 s for the loop,
+measured side by side on two shared CPU cores).
+
 Conventions, used by every detector and judge of the project:
 
 * ``labels``: 1 = hallucinated, 0 = supported. ``scores``: higher means more likely hallucinated.
@@ -64,7 +70,7 @@ def _group_index(groups: object, n: int) -> tuple[np.ndarray, int]:
 
 
 def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray) -> float:
-    """Area under the ROC curve, from average ranks (ties count one half).
+    """Area under the ROC curve (``sklearn.metrics.roc_auc_score``; ties count one half).
 
     Args:
         scores: [N] float. Higher means more likely hallucinated.
@@ -73,16 +79,12 @@ def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarr
     Raises:
         ValueError: when only one class is present, or on shape/label/NaN errors.
     """
+    from sklearn.metrics import roc_auc_score
+
     s, y = _check(scores, labels)
-    n_pos = int(y.sum())
-    n_neg = y.size - n_pos
-    if n_pos == 0 or n_neg == 0:
+    if y.min() == y.max():
         raise ValueError("AUROC needs both labels present")
-    _, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
-    avg_rank = np.cumsum(cnt) - (cnt - 1) / 2.0
-    ranks = avg_rank[inv.reshape(-1)]
-    u = ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
+    return float(roc_auc_score(y, s))
 
 
 def _confusion(s: np.ndarray, y: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,13 +105,19 @@ def precision_recall_f1(
 ) -> tuple[float, float, float]:
     """Precision, recall and F1 of the hallucinated class when predicting ``score >= threshold``.
 
-    Precision is 0 when nothing is predicted hallucinated; recall is NaN when no example is
-    hallucinated; F1 is ``2TP / (2TP + FP + FN)`` (0 when that is 0/0).
+    Computed by ``sklearn.metrics``. Precision is 0 when nothing is predicted hallucinated; recall is
+    NaN when no example is hallucinated; F1 is ``2TP / (2TP + FP + FN)`` (0 when that is 0/0).
     """
+    from sklearn.metrics import f1_score, precision_score, recall_score
+
     s, y = _check(scores, labels)
-    tp, fp, fn = (float(v.sum()) for v in _confusion(s, y, threshold))
-    p, r, f = _prf(np.array(tp), np.array(fp), np.array(fn))
-    return float(p), float(r), float(f)
+    pred = (s >= threshold).astype(np.int64)
+    kw = {"labels": [0, 1], "pos_label": 1}
+    return (
+        float(precision_score(y, pred, zero_division=0, **kw)),
+        float(recall_score(y, pred, zero_division=np.nan, **kw)),
+        float(f1_score(y, pred, zero_division=0, **kw)),
+    )
 
 
 def f1_at(

@@ -7,7 +7,14 @@ model is loaded or run.
 
 from halujudge.cache import ScoreCache, text_hash
 from halujudge.checkers import HHEM, HHEM_PROMPT, MINICHECK_SYSTEM, MiniCheck
-from halujudge.evaluation import JudgeRun, Scorer, TemplateSelection, run_evaluation, select_template
+from halujudge.evaluation import (
+    JudgeRun,
+    Scorer,
+    TemplateSelection,
+    judge_datasets,
+    run_evaluation,
+    select_template,
+)
 from halujudge.judge import LLMJudge, VerdictTokens, apply_chat, verdict_token_ids
 from halujudge.loading import ModelSource, WeightsNotFoundError, resolve_source
 from halujudge.prompt import Demonstration, PromptTemplate, list_templates, load_template, render_messages
@@ -37,6 +44,7 @@ __all__ = [
     "render_messages",
     "resolve_source",
     "run_evaluation",
+    "judge_datasets",
     "select_template",
     "split_sentences",
     "text_hash",

@@ -101,9 +101,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise clikit.UsageError(
             "--checker hhem needs --foundation PATH (a google/flan-t5-base snapshot folder)"
         )
-    for flag in ("judge", "model", "foundation"):
-        clikit.check_model_arg(getattr(args, flag), f"--{flag}")
     clikit.check_device_name(args.device)
+    from halujudge.loading import SMOLLM2_ALIASES
+
+    for flag in ("judge", "model", "foundation"):  # a hub id not cached: one line at once, no retries
+        aliases = SMOLLM2_ALIASES if flag == "judge" else ()
+        clikit.check_model_arg(getattr(args, flag), f"--{flag}", aliases)
     args.out = clikit.check_out_dir(args.out, overwrite=args.overwrite)
     args.device = clikit.resolve_device(args.device)
     if args.overwrite:

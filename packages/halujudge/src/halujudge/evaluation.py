@@ -160,3 +160,39 @@ def run_evaluation(
         validation_scores=val_scores,
         selection=selection,
     )
+
+
+def judge_datasets(
+    judge: LLMJudge,
+    selection: Sequence[Dataset],
+    datasets: Sequence[Dataset],
+    test_only: Sequence[Dataset] = (),
+    cache: ScoreCache | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """One judge over many datasets: its template chosen on ``selection``, then every dataset scored.
+
+    The template is `select_template`'s (mean validation AUROC over ``selection``); each of
+    ``datasets`` then gets `run_evaluation` (threshold by validation F1, test scores), and each of
+    ``test_only`` (datasets without labelled validation, such as claim sets) its scores alone.
+
+    Returns:
+        The JSON-ready document of the run, with the chosen ``template``, its ``mean_auroc`` and every
+        template's ``aurocs``, and under ``datasets`` each dataset's ``threshold``, ``test_ids``,
+        ``test_scores`` and ``validation_scores`` (those of ``test_only``: ``test_ids`` and
+        ``test_scores`` over all their examples).
+    """
+    sel = select_template(judge, selection, cache=cache, progress=progress)
+    chosen = judge.with_template(sel.template)
+    out: dict[str, Any] = {"template": sel.template, "mean_auroc": sel.mean_auroc, "aurocs": sel.aurocs}
+    out["datasets"] = {}
+    for data in datasets:
+        run = run_evaluation(chosen, data, f"judge ({sel.template})", cache, progress=progress, selection=sel)
+        out["datasets"][data.name] = {
+            "threshold": run.threshold, "test_ids": run.test_ids, "test_scores": run.test_scores.tolist(),
+            "validation_scores": run.validation_scores.tolist(),
+        }  # fmt: skip
+    for data in test_only:
+        scores = chosen.score(data.examples, cache, progress)
+        out["datasets"][data.name] = {"test_ids": [e.id for e in data], "test_scores": scores.tolist()}
+    return out

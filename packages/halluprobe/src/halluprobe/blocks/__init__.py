@@ -1,4 +1,4 @@
-"""The feature blocks a probe reads (A7, A64, H64, L9, G, C), their standardiser, how A7 and L9 were chosen.
+"""The feature blocks a probe reads (A7, A64, H64, L9, G, C) and how A7 and L9 were chosen.
 
 Names are imported on first use: importing this package does not import torch or scikit-learn.
 """
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
         GBlock,
         H64Block,
         L9Block,
-        Standardizer,
         parse_feature_set,
     )
     from halluprobe.blocks._contrast import CONTRAST_FEATURES, CBlock
@@ -40,7 +39,6 @@ _EXPORTS = {
         "GBlock",
         "H64Block",
         "L9Block",
-        "Standardizer",
         "parse_feature_set",
     ),
     "_contrast": ("CONTRAST_FEATURES", "CBlock"),
@@ -62,7 +60,6 @@ __all__ = [
     "L9_CANDIDATES",
     "L9_SELECTION",
     "Selection",
-    "Standardizer",
     "induction_scores",
     "parse_feature_set",
     "rank_heads",

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 from flashstats_hf.logits import LOGIT_STAT_NAMES
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.preprocessing import StandardScaler
 
-from halluprobe.features._records import HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
+from halluprobe.features._records import HEAD_FEATURES, HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
 A7_CANDIDATES: tuple[str, ...] = tuple(
     f"{s}.{p}"
@@ -31,8 +32,8 @@ A7_CANDIDATES: tuple[str, ...] = tuple(
 statistics (maximum weight, effective support, entropy, the lookback ratio built from prompt mass,
 the previous-token weight), the BOS sink rate and the log-diagonal."""
 
-HEAD_FEATURES: tuple[str, ...] = tuple(f"{s}.{p}" for s in HEAD_STATS for p in POOLS)
-"""Every pooled head statistic an A7 block accepts (a superset of `A7_CANDIDATES`)."""
+KS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+"""Numbers of induction heads searched for A7's ``K``, ascending (ties go to the first)."""
 
 L9_CANDIDATES: tuple[str, ...] = tuple(f"{s}.{p}" for s in LOGIT_STAT_NAMES for p in POOLS)
 """The paper's 224 logit candidates (Appendix L.2): four poolings of six scalar statistics and of
@@ -105,19 +106,16 @@ def _check_columns(block: str, what: str, expected: int, got: int, *, at_least: 
         )
 
 
-class Standardizer:
-    """Column standardisation fitted on training rows (zero-variance columns are left centred)."""
+def scaler_from_arrays(mean: np.ndarray, scale: np.ndarray) -> StandardScaler:
+    """A fitted ``StandardScaler`` from its two arrays (``[d]`` each), as a saved detector stores them.
 
-    def fit(self, x: np.ndarray) -> Standardizer:
-        """Learn column means and scales from ``x`` ``[n, d]``."""
-        self.mean_ = x.mean(0)
-        sd = x.std(0)
-        self.scale_ = np.where(sd > 1e-12, sd, 1.0)
-        return self
-
-    def transform(self, x: np.ndarray) -> np.ndarray:
-        """Standardise ``x`` ``[n, d]`` with the fitted means and scales."""
-        return (x - self.mean_) / self.scale_
+    Only the documented fitted attributes are set (``mean_``, ``scale_``, ``n_features_in_``): its
+    ``transform`` is ``(x - mean) / scale``.
+    """
+    scaler = StandardScaler()
+    scaler.mean_, scaler.scale_ = np.asarray(mean, np.float64), np.asarray(scale, np.float64)
+    scaler.n_features_in_ = int(scaler.mean_.shape[0])
+    return scaler
 
 
 class Block(TransformerMixin, BaseEstimator):
@@ -200,17 +198,25 @@ class _ProjectedBlock(Block):
     components: int
 
     def fit(self, records, y=None):
-        """Fit the standardiser and PCA on training records; components = min(64, n-1, d)."""
+        """Fit scikit-learn's ``StandardScaler`` and ``PCA`` on training records (min(64, n-1, d) components).
+
+        Their fitted arrays are kept (``mean``, ``scale``, ``center``, ``components``), which is what a
+        saved detector stores and what `transform` applies: the same arithmetic as
+        ``PCA.transform(StandardScaler.transform(x))``. ``PCA`` flips each component so that its largest
+        loading is positive, so the signs are reproducible.
+        """
+        from sklearn.decomposition import PCA  # fit only: a saved detector's predictions never import it
+
         x = self._raw(records)
-        sc = Standardizer().fit(x)
-        z = sc.transform(x)
+        sc = StandardScaler().fit(x)
         n_comp = max(1, min(int(self.components), x.shape[0] - 1, x.shape[1]))
-        center = z.mean(0)
-        _, _, vt = np.linalg.svd(z - center, full_matrices=False)
-        # sign convention: the largest loading of each component is positive (reproducible signs)
-        flip = np.sign(vt[np.arange(vt.shape[0]), np.abs(vt).argmax(1)])
-        vt = vt * np.where(flip == 0, 1.0, flip)[:, None]
-        self.arrays = {"mean": sc.mean_, "scale": sc.scale_, "center": center, "components": vt[:n_comp]}
+        pca = PCA(n_comp, svd_solver="full").fit(sc.transform(x))
+        self.arrays = {
+            "mean": sc.mean_,
+            "scale": sc.scale_,
+            "center": pca.mean_,
+            "components": pca.components_,
+        }
         return self
 
     def transform(self, records):
@@ -344,7 +350,7 @@ class GBlock(Block):
 
     def fit(self, records, y=None):
         """Learn the grounding features' means and scales on training records."""
-        sc = Standardizer().fit(self._raw(records))
+        sc = StandardScaler().fit(self._raw(records))
         self.arrays = {"mean": sc.mean_, "scale": sc.scale_}
         return self
 

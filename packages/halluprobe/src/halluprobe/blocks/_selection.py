@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from halubench_data.metrics import C_GRID
+from sklearn.preprocessing import StandardScaler
 
-from halluprobe.blocks._blocks import A7_CANDIDATES, L9_CANDIDATES, A7Block, Standardizer, l9_matrix
+from halluprobe.blocks._blocks import A7_CANDIDATES, KS, L9_CANDIDATES, A7Block, l9_matrix
 from halluprobe.features._records import ExampleRecord
-from halluprobe.training._protocol import CS, KS
 
 
 @dataclass
@@ -108,7 +109,7 @@ def cv_auroc(
     y: np.ndarray,
     groups: Sequence[str],
     folds: int = 5,
-    cs: Sequence[float] = CS,
+    cs: Sequence[float] = C_GRID,
     splits: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[float, float]:
     """Best mean fold AUROC over ``cs`` of a balanced logistic regression, and its ``C``.
@@ -129,7 +130,7 @@ def cv_auroc(
     for c in sorted(cs):
         scores = []
         for tr, te in splits:
-            sc = Standardizer().fit(x[tr])
+            sc = StandardScaler().fit(x[tr])
             lr = _logreg(c).fit(sc.transform(x[tr]), y[tr])
             scores.append(float(auroc(lr.decision_function(sc.transform(x[te])), y[te])))
         mean = float(np.mean(scores))
@@ -147,7 +148,7 @@ def forward_select(
     groups: Sequence[str],
     n_features: int,
     folds: int = 5,
-    cs: Sequence[float] = CS,
+    cs: Sequence[float] = C_GRID,
 ) -> tuple[list[int], list[dict[str, Any]]]:
     """Greedy forward selection of ``n_features`` columns of ``x`` by `cv_auroc`.
 
@@ -218,7 +219,7 @@ def select_a7(
         tuple(A7_CANDIDATES[j] for j in chosen),
         {"procedure": "K by grouped CV AUROC of all 22 candidates, then forward selection by grouped CV "
          "AUROC (halluprobe.blocks.select_a7)", "K": best_k, "K_cv_auroc": k_scores, "path": path,
-         "folds": folds, "cs": list(CS), "n_examples": len(y), "n_groups": len(set(groups))},
+         "folds": folds, "cs": list(C_GRID), "n_examples": len(y), "n_groups": len(set(groups))},
     )  # fmt: skip
 
 
@@ -228,7 +229,7 @@ def select_l9(
     groups: Sequence[str],
     *,
     n_features: int = 9,
-    cs: Sequence[float] = CS,
+    cs: Sequence[float] = C_GRID,
     folds: int = 5,
 ) -> Selection:
     """Keep ``n_features`` of the 224 logit candidates by RFE, ``C`` by grouped CV AUROC (see the module)."""
@@ -236,7 +237,7 @@ def select_l9(
 
     y = np.asarray(y)
     x = l9_matrix(records, L9_CANDIDATES)
-    z = Standardizer().fit(x).transform(x)
+    z = StandardScaler().fit(x).transform(x)
     splits = _folds(y, groups, folds)
     best, tried = None, {}
     for c in sorted(cs):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from halubench_data import clikit
 
+from halluprobe.pipeline._options import parse_layers  # noqa: F401 (the commands import it from here)
+
 DEFAULT_TRAIN_LIMIT = clikit.AUTO_LIMIT
 """Examples per split used by ``--limit auto`` on the default dataset (keeps ``train`` under 10 minutes)."""
 
@@ -24,35 +26,6 @@ def load_detector(path: str | None):
         folder, how = default_path()
         clikit.status(f"detector: {how} ({folder}, {det.probe_.feature_set})")
     return det
-
-
-MAX_LAYERS = 4096
-"""Bound of ``--layers`` before the proxy's own layer count is known (more than any model has)."""
-
-
-def parse_layers(text: str | None, n_layers: int | None = None) -> tuple[int, ...] | None:
-    """``'0-3,7'`` -> ``(0, 1, 2, 3, 7)``; ``None`` -> ``None`` (all layers).
-
-    Every bound is checked before a range is built: against ``n_layers`` (the proxy's layer count)
-    when given, else against `MAX_LAYERS`, so ``0-100000000`` fails at once.
-    """
-    if text is None:
-        return None
-    bounds: list[tuple[int, int]] = []
-    try:
-        for part in text.split(","):
-            lo, dash, hi = part.strip().partition("-")
-            bounds.append((int(lo), int(hi if dash else lo)))
-    except ValueError as exc:
-        raise ValueError(f"--layers expects e.g. '0-11' or '3,5,7', got {text!r}") from exc
-    limit = MAX_LAYERS if n_layers is None else n_layers
-    for first, last in bounds:
-        if not 0 <= first <= last:
-            raise ValueError(f"--layers {text!r}: range {first}-{last} is empty or negative")
-        if last >= limit:
-            what = f"the proxy has {n_layers} layers (0-{n_layers - 1})" if n_layers else f"at most {limit}"
-            raise ValueError(f"--layers {text!r}: layer {last} is out of range; {what}")
-    return tuple(sorted({i for first, last in bounds for i in range(first, last + 1)}))
 
 
 def parse_limit(text: str | None, dataset: str) -> int | None:

@@ -23,7 +23,7 @@ REPORT = "finetune.json"
 def add_finetune_parser(sub) -> None:
     """Adds the ``finetune`` sub-command to the ``halluprobe`` parser's sub-parsers ``sub``."""
     from halluprobe.reader._settings import POOLS, ReaderSettings
-    from halluprobe.training._calibration import THRESHOLD_RULES
+    from halluprobe.training._thresholds import THRESHOLD_RULES
 
     d = ReaderSettings()
     p = sub.add_parser(
@@ -75,7 +75,7 @@ def _check(args):
     from halubench_data import load
 
     from halluprobe.reader._settings import ReaderSettings
-    from halluprobe.training._calibration import check_threshold_rule
+    from halluprobe.training._thresholds import check_threshold_rule
 
     clikit.check_device_name(args.device)
     clikit.check_out_dir(args.out, overwrite=args.overwrite)
@@ -118,8 +118,8 @@ def cmd_finetune(args) -> int:
     if args.overwrite:
         clikit.clear_out_dir(args.out)
     from halluprobe.reader import Reader
+    from halluprobe.reader._data import as_examples
     from halluprobe.reader._evaluate import evaluate_reader
-    from halluprobe.reader._fitting import as_examples
 
     fit_rows = [e for e in examples if e.split in ("train", "validation")]
     tests = [e for e in examples if e.split == "test"]

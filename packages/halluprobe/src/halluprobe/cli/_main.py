@@ -6,7 +6,6 @@ or scikit-learn, so ``halluprobe --help`` is fast; every command imports what it
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,6 @@ from halubench_data import clikit
 
 from halluprobe.cli._common import check_sizes, load_proxy, parse_layers, parse_limit
 from halluprobe.cli._finetune import cmd_finetune
-from halluprobe.cli._general import check_general_flags
 from halluprobe.cli._inputs import check_detector_arg
 from halluprobe.cli._parser import (  # noqa: F401 (re-exported: the parser and its defaults)
     DEFAULT_FEATURE_SETS,
@@ -150,92 +148,36 @@ def cmd_extract(args) -> int:
     return 0
 
 
-def _token_examples(ds, ext, args) -> dict:
-    """Per-token inputs of every split for ``--token-probe`` (one more eager forward per batch)."""
-    from halluprobe.features._token_examples import token_examples
+def train_options(args):
+    """The `halluprobe.pipeline.TrainOptions` of a ``halluprobe train`` call (flags read once, here)."""
+    from halluprobe.pipeline._options import TrainOptions
 
-    out = {}
-    for split in ("train", "validation", "test"):
-        clikit.status(f"per-token features: {split}")
-        out[split] = token_examples(
-            ds.split(split).examples, ext, batch_size=args.batch_size, view=args.token_view
-        )
-    return out
+    sets = (
+        None
+        if args.feature_sets is None
+        else tuple(s.strip() for s in args.feature_sets.split(",") if s.strip())
+    )
+    if sets is None and not args.general:
+        sets = tuple(DEFAULT_FEATURE_SETS)
+    return TrainOptions(
+        kind="general" if args.general else "dataset", datasets=tuple(args.dataset or ["default"]),
+        out=Path(args.out), feature_sets=sets, limit=args.limit, proxy=args.proxy, layers=args.layers,
+        device=args.device, batch_size=args.batch_size, token_budget=args.token_budget,
+        autotune=args.autotune, graphs=args.graphs, overwrite=bool(args.overwrite),
+        published=not args.no_published, toha=args.toha, token_probe=args.token_probe,
+        token_view=args.token_view, token_cv=args.token_cv, a7_selection=args.a7_selection,
+        l9_selection=args.l9_selection, caches=tuple(args.cache or ()), jobs=args.jobs,
+    )  # fmt: skip
 
 
 def cmd_train(args) -> int:
-    """``halluprobe train``: the README's main job (see ``docs/guide/cli.md``)."""
-    specs = check_general_flags(args)
-    text = ",".join(DEFAULT_FEATURE_SETS) if args.feature_sets is None else args.feature_sets
-    sets = [s.strip() for s in text.split(",") if s.strip()]
-    if not sets:
-        raise clikit.UsageError("--feature-sets is empty; name at least one, e.g. A7,A7H64, or ALL")
-    if args.general:
-        from halluprobe.cli._general import cmd_train_general
-        from halluprobe.training._anchor import parse_candidate
+    """``halluprobe train``: its flags as `TrainOptions`, run by `halluprobe.pipeline.run`."""
+    from halluprobe.pipeline._run import run
 
-        for name in sets:
-            parse_candidate(name)  # a bad name fails before the proxy runs
-        args.feature_sets = None if args.feature_sets is None else sets
-        return cmd_train_general(args, specs, _selections(args))
-    args.dataset = specs[0]
-    if args.token_cv and not args.token_probe:
-        raise clikit.UsageError("--token-cv applies to the token probe: add --token-probe")
-    if args.token_cv == 1 or args.token_cv < 0:
-        raise clikit.UsageError(f"--token-cv must be 0 (validation) or at least 2 folds, got {args.token_cv}")
-    for block in ("a7", "l9"):  # a missing, special or huge selection file, before torch loads
-        if (path := getattr(args, f"{block}_selection")) is not None:
-            clikit.read_bounded(path, f"--{block}-selection", MAX_SELECTION_BYTES)
-    data = _check_run(args)
-    from halluprobe.blocks._blocks import parse_feature_set
-    from halluprobe.features._distributed import close_world
-    from halluprobe.training._training import run_training
-
-    for name in sets:
-        parse_feature_set(name)  # a bad name fails before the proxy runs
-    selections = _selections(args)  # as does a malformed --a7-selection / --l9-selection
-    ds, ext, cache = _setup(args, data)
-    try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports
-        records = {s: _extract_split(ds, ext, cache, s, args) for s in ("train", "validation", "test")}
-    finally:
-        close_world(args.world)
-    if not args.world.main:
-        return 0
-    from halluprobe.training._calibration import degenerate_fit_lines
-
-    with degenerate_fit_lines("halluprobe train"):
-        table = run_training(
-            ds, records, ext, sets, Path(args.out), proxy=args.proxy, published=not args.no_published,
-            toha=args.toha, token_examples=_token_examples(ds, ext, args) if args.token_probe else None,
-            token_view=args.token_view, token_cv=args.token_cv, **selections,
-        )  # fmt: skip
-    out = Path(args.out)
-    clikit.emit(
-        f"{table}\nreport: {out / 'report.md'}",
-        lambda: {
-            "out": str(out), "report": str(out / "report.md"),
-            "detectors": {name: str(out / "detectors" / name) for name in sets},
-            "results": json.loads((out / "results.json").read_text(encoding="utf-8")),
-        },
-    )  # fmt: skip
+    report = run(train_options(args))
+    if report is not None:  # None on the other processes of a torchrun
+        clikit.emit(report.text, report.doc)
     return 0
-
-
-MAX_SELECTION_BYTES = 16 << 20
-"""Largest ``--a7-selection`` / ``--l9-selection`` file read (a real one is a few kilobytes)."""
-
-
-def _selections(args) -> dict:
-    """``a7_features`` / ``l9_features`` from ``--a7-selection`` / ``--l9-selection`` files, when given."""
-    from halluprobe.blocks._selection import Selection
-
-    out = {}
-    for block in ("A7", "L9"):
-        path = getattr(args, f"{block.lower()}_selection", None)
-        if path is not None:
-            path = clikit.check_in_file(path, f"--{block.lower()}-selection")
-            out[f"{block.lower()}_features"] = Selection.load(path, block).features
-    return out
 
 
 def cmd_select(args) -> int:

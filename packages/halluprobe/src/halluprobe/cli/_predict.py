@@ -80,6 +80,31 @@ def _over_length(det, device: str, rows: InputRows, where: str | None) -> dict[i
     return bad
 
 
+PROGRESS_CHUNK = 8
+"""Forwards (of ``--batch-size`` answers) between two updates of ``predict --input``'s progress bar."""
+
+
+def _score(det, triples: list, *, device: str, batch_size: int, threshold: float | str | None) -> list:
+    """`Detector.predict_batch` of ``triples``, with a progress bar on stderr (not with ``--quiet``).
+
+    The answers go through the proxy in chunks of `PROGRESS_CHUNK` forwards, each grouped by length as
+    ``predict_batch`` groups them; the threshold (``expected-f1`` too) is then taken over all of them.
+    """
+    from tqdm.auto import tqdm
+
+    from halluprobe.detectors._prediction import pending_triples, resolve_threshold
+
+    chunk, pending = batch_size * PROGRESS_CHUNK, []
+    shown = clikit.show_progress() and len(triples) > 1
+    with tqdm(total=len(triples), desc="answers", unit="answer", disable=not shown) as bar:
+        for start in range(0, len(triples), chunk):
+            part = triples[start : start + chunk]
+            pending += pending_triples(det, part, device=device, batch_size=batch_size)
+            bar.update(len(part))
+    t = resolve_threshold(threshold, det.probe_.threshold, pending)
+    return [p.at(t) for p in pending]
+
+
 def cmd_predict(args) -> int:
     """``halluprobe predict``: probability, label, spans and per-token scores of one answer or a file.
 
@@ -111,8 +136,12 @@ def cmd_predict(args) -> int:
     if args.input is None and bad:
         raise ValueError(bad[0])
     good = [i for i in range(len(rows.triples)) if i not in bad]
-    scored = det.predict_batch(
-        [rows.triples[i] for i in good], device=device, batch_size=args.batch_size, threshold=args.threshold
+    scored = _score(
+        det,
+        [rows.triples[i] for i in good],
+        device=device,
+        batch_size=args.batch_size,
+        threshold=args.threshold,
     )
     preds = dict(zip(good, scored, strict=True))
     for i, item_id in enumerate(rows.ids):

@@ -36,7 +36,7 @@ def add_transfer_parser(sub) -> None:
         "--feature-sets", default=DEFAULT_TRANSFER_SETS,
         help="comma-separated feature sets, anchored candidates of the general detector (O+SET@w: the "
         "overlap score mixed with a probe of SET at weight w; O+SET: w chosen on validation; the packaged "
-        "detector is O+A7H64@0.4), or 'none' for the floors alone (no proxy; default "
+        "detector is O+C@0.5), or 'none' for the floors alone (no proxy; default "
         f"{DEFAULT_TRANSFER_SETS})",
     )  # fmt: skip
     p.add_argument("--no-published", action="store_true", help="skip the published detectors")
@@ -94,152 +94,31 @@ def add_transfer_parser(sub) -> None:
     clikit.add_json_arg(p, TRANSFER)
 
 
-def _check_templates(names: list[str]) -> None:
-    """Halujudge is installed and ships every template named (before any model loads)."""
-    try:
-        from halujudge import list_templates
-    except ImportError:
-        raise clikit.UsageError("--judge needs halujudge: pip install 'halluprobe[judge]'") from None
-    bad = [n for n in names if n not in list_templates()]
-    if bad:
-        raise clikit.UsageError(f"--judge-template {bad[0]!r}: expected one of {', '.join(list_templates())}")
+def transfer_options(args):
+    """The `halluprobe.pipeline.TrainOptions` of a ``halluprobe transfer`` call (flags read once, here)."""
+    from halluprobe.pipeline._options import TrainOptions, TransferOptions
 
-
-def _judge_scores(model, tok, datasets, args) -> dict[str, dict[str, float]]:
-    """``{template: {example id: score}}`` of the proxy as an LLM judge (``--judge-template``: default all).
-
-    Scores are kept in OUT/cache.jsonl (halujudge's score cache, keyed by model, template, example and
-    prompt), so a rerun, or one that was stopped, scores only what is missing.
-    """
-    from halujudge import LLMJudge, ScoreCache, list_templates
-
-    examples = [e for ds in datasets for e in ds]
-    cache = ScoreCache(Path(args.out) / "cache.jsonl")
-    out = {}
-    for name in args.judge_template or list_templates():
-        judge = LLMJudge(model, tok, name, model_id=args.proxy or "default", batch_size=args.batch_size)
-        clikit.status(f"judge template {name}: {len(examples)} examples")
-        scores = judge.score(examples, cache=cache, progress=clikit.show_progress())
-        out[name] = {e.id: float(v) for e, v in zip(examples, scores, strict=True)}
-    return out
-
-
-def _records(datasets, args) -> tuple[dict, list[int], list[str], dict[str, dict[str, float]] | None]:
-    """Records of every example (via OUT/cache), head order, logit names, judge scores (``--judge``)."""
-    from flashstats_hf import LOGIT_STAT_NAMES, load_model
-
-    from halluprobe.blocks._induction import induction_scores, rank_heads
-    from halluprobe.cli._common import load_proxy, parse_layers
-    from halluprobe.features._cache import FeatureCache
-    from halluprobe.features._extract import ProxyExtractor, extract_records
-
-    device = clikit.resolve_device(args.device)
-    model, tok = load_proxy(load_model, args.proxy, device)
-    layers = parse_layers(args.layers, int(model.config.num_hidden_layers))
-    ext = ProxyExtractor(model, tok, layers)
-    cache = FeatureCache(Path(args.out) / "cache", {**ext.settings, "proxy": args.proxy or "default"})
-    records = {}
-    for ds in datasets:
-        recs = extract_records(
-            ds.examples, ext, cache, batch_size=args.batch_size, token_budget=args.token_budget,
-            length=ext.length, progress=clikit.show_progress(), desc=ds.name,
-        )  # fmt: skip
-        records.update({e.id: r for e, r in zip(ds.examples, recs, strict=True)})
-    all_layers = layers if layers is not None else tuple(range(int(model.config.num_hidden_layers)))
-    judge = _judge_scores(model, tok, datasets, args) if args.judge else None
-    return records, rank_heads(induction_scores(model), all_layers), list(LOGIT_STAT_NAMES), judge
-
-
-def _reader_fitters(datasets, args) -> list:
-    """The reader's rows: fine-tuned here (``--reader``) or read back (``--reader-scores``); else none."""
-    from halluprobe.reader._transfer import fold_scores, read_fold_scores, reader_fitter, write_fold_scores
-
-    if args.reader_scores is not None:
-        return [reader_fitter(read_fold_scores(args.reader_scores))]
-    if not args.reader:
-        return []
-    from halluprobe.reader._settings import ReaderSettings
-
-    settings = ReaderSettings()
-    examples = [e for ds in datasets for e in ds]
-    device = clikit.resolve_device(args.device)
-    folds = fold_scores(examples, settings, proxy=args.proxy, device=device, held_out=args.held_out,
-                        progress=clikit.status)  # fmt: skip
-    meta = {"settings": settings.as_dict(), "proxy": args.proxy, "held_out": args.held_out}
-    write_fold_scores(Path(args.out) / "reader_scores.json", folds, meta)
-    return [reader_fitter(folds)]
+    text = args.feature_sets.strip()
+    sets = () if text == "none" else tuple(s.strip() for s in text.split(",") if s.strip())
+    transfer = TransferOptions(
+        judge=args.judge, judge_templates=tuple(args.judge_template or ()), calibration=args.calibration,
+        threshold=args.threshold, held_out=args.held_out, n_bootstrap=args.n_bootstrap,
+        reader=args.reader, reader_scores=args.reader_scores,
+    )  # fmt: skip
+    return TrainOptions(
+        kind="transfer", datasets=tuple(args.dataset), out=Path(args.out), feature_sets=sets,
+        limit=args.limit,
+        proxy=args.proxy, layers=args.layers, device=args.device, batch_size=args.batch_size,
+        token_budget=args.token_budget, autotune=args.autotune, overwrite=bool(args.overwrite),
+        published=not args.no_published, jobs=args.jobs, transfer=transfer,
+    )  # fmt: skip
 
 
 def cmd_transfer(args) -> int:
-    """``halluprobe transfer``: the leave-one-source-out table, with floors and calibration."""
-    from halubench_data import load
+    """``halluprobe transfer``: its flags as `TrainOptions`, run by `halluprobe.pipeline.run`."""
+    from halluprobe.pipeline._run import run
 
-    from halluprobe.blocks._blocks import parse_feature_set
-    from halluprobe.cli._common import parse_layers
-    from halluprobe.evaluation._transfer import (
-        Fitter,
-        anchored_fitter,
-        floor_fitter,
-        judge_fitter,
-        leave_one_source_out,
-        probe_fitter,
-        published_fitter,
-    )
-    from halluprobe.training._calibration import check_threshold_rule, degenerate_fit_lines
-
-    try:
-        check_threshold_rule(args.threshold)
-    except ValueError as exc:
-        raise clikit.UsageError(f"--threshold: {exc}") from None
-    if args.reader and args.reader_scores is not None:
-        raise clikit.UsageError("--reader fine-tunes; --reader-scores reuses scores: give one of them")
-    if args.reader_scores is not None:
-        clikit.check_in_file(args.reader_scores, "--reader-scores")
-    if args.judge_template and not args.judge:
-        raise clikit.UsageError("--judge-template needs --judge")
-    if args.judge:
-        _check_templates(args.judge_template or [])
-    names = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
-    anchored = [n for n in names if n.startswith("O+")]
-    sets = [n for n in names if not n.startswith("O+")]
-    for name in sets:
-        parse_feature_set(name)  # a bad name fails before anything loads
-    anchored_fitter(anchored, [])  # likewise for the anchored candidates
-    for flag in ("batch_size", "token_budget", "n_bootstrap", "jobs"):
-        if getattr(args, flag) < 1:
-            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    clikit.resolve_device(args.device)
-    clikit.check_out_dir(args.out, overwrite=args.overwrite)
-    parse_layers(args.layers)
-    limit = clikit.parse_limit(args.limit, dataset="")
-    if args.overwrite:
-        clikit.clear_out_dir(args.out)
-    datasets = [load(spec, limit=limit, arg="--dataset") for spec in args.dataset]
-    sources = list(dict.fromkeys(e.source for ds in datasets for e in ds))
-    if len(sources) < 2:
-        raise clikit.UsageError(f"--dataset: leave-one-source-out needs at least two sources, got {sources}")
-    clikit.status(f"sources: {', '.join(sources)}")
-    fitters: list[Fitter] = [floor_fitter]
-    records = None
-    if names or not args.no_published or args.judge:
-        clikit.deterministic_kernels(clikit.resolve_device(args.device), args.autotune)
-        clikit.quiet_transformers()
-        records, order, logit_names, judge = _records(datasets, args)
-        fitters += [probe_fitter(sets, order)] if sets else []
-        fitters += [anchored_fitter(anchored, order)] if anchored else []
-        fitters += [] if args.no_published else [published_fitter(order, logit_names)]
-        fitters += (
-            [judge_fitter(judge, "SmolLM2 judge" if args.proxy is None else "proxy judge")] if judge else []
-        )
-    fitters += _reader_fitters(datasets, args)
-    with degenerate_fit_lines("halluprobe transfer"):
-        table = leave_one_source_out(
-            datasets, records, fitters=fitters, calibration=args.calibration, threshold=args.threshold,
-            held_out=args.held_out, n_bootstrap=args.n_bootstrap, progress=clikit.status,
-            jobs=args.jobs,
-        )  # fmt: skip
-    paths = table.write(args.out)
-    doc = {"out": args.out, "files": [str(p) for p in paths], "sources": table.sources,
-           "summary": table.summary(), "rows": table.rows}  # fmt: skip
-    clikit.emit(lambda: table.to_markdown() + f"\nwritten: {', '.join(str(p) for p in paths)}", doc)
+    report = run(transfer_options(args))
+    assert report is not None  # one process
+    clikit.emit(report.text, report.doc)
     return 0

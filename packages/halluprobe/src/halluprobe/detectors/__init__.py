@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         SinkProbe,
         SinkRate,
     )
+    from halluprobe.detectors._published_fit import fit_published, published_scores
     from halluprobe.detectors._published_inputs import mtopdiv
     from halluprobe.detectors._streaming import Follower, StreamingScorer, StreamUpdate, stream_text_chunks
 
@@ -36,6 +37,7 @@ _EXPORTS = {
         "SinkProbe",
         "SinkRate",
     ),
+    "_published_fit": ("fit_published", "published_scores"),
     "_published_inputs": ("mtopdiv",),
     "_streaming": ("Follower", "StreamUpdate", "StreamingScorer", "stream_text_chunks"),
 }
@@ -54,7 +56,9 @@ __all__ = [
     "StreamUpdate",
     "StreamingScorer",
     "TOHA",
+    "fit_published",
     "mtopdiv",
+    "published_scores",
     "stream_text_chunks",
 ]
 

@@ -77,17 +77,33 @@ def load(path: str | os.PathLike[str] | None = None) -> Any:
     return _load_folder(folder)
 
 
-def _load_folder(folder: Path):
-    """The detector in ``folder``: a probe or a fine-tuned reader.
+KINDS: dict[str, str] = {"reader": "halluprobe.reader:Reader"}
+"""Detector kinds besides the probe `Detector`: ``detector.json``'s ``"kind"`` -> ``"module:class"``, a
+class with a ``load(folder)`` classmethod. Named, not imported: a kind lives in a layer above the
+detectors (the fine-tuned reader builds on them), and is imported only when a folder of that kind loads."""
 
-    A [`Reader`][halluprobe.Reader] when its ``detector.json`` says ``"kind": "reader"``, else a
-    [`Detector`][halluprobe.Detector].
+
+def _load_folder(folder: Path):
+    """The detector in ``folder``: a probe [`Detector`][halluprobe.Detector], or the class of its kind.
+
+    ``detector.json``'s ``"kind"`` names it (`KINDS`; a fine-tuned [`Reader`][halluprobe.Reader] says
+    ``"reader"``); a probe detector's file has none.
+
+    Raises:
+        ValueError: an unknown kind (naming the file and the kinds this halluprobe reads).
     """
+    import importlib
+
     from halluprobe.detectors._detector_file import read_document
 
     doc = read_document(folder, "detector.json")
-    if isinstance(doc, dict) and doc.get("kind") == "reader":
-        from halluprobe.reader import Reader
-
-        return Reader.load(folder)
-    return Detector.load(folder)
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind is None:
+        return Detector.load(folder)
+    if kind not in KINDS:
+        raise ValueError(
+            f"{folder / 'detector.json'} is a detector of kind {kind!r}; this halluprobe reads probe "
+            f"detectors and the kinds {sorted(KINDS)}"
+        )
+    module, _, name = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name).load(folder)

@@ -304,7 +304,7 @@ def token_probe_from(meta: Any, tensors: dict[str, np.ndarray], where: str) -> T
 
 def probe_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], doc_where: str, where: str) -> ProbeFit:
     """The `ProbeFit` of a checked document (``doc_where``) and its tensors (``where``), arrays checked."""
-    from halluprobe.blocks._blocks import Standardizer
+    from halluprobe.blocks._blocks import scaler_from_arrays
     from halluprobe.blocks._state import block_from_state
     from halluprobe.training._protocol import ProbeFit
 
@@ -320,8 +320,7 @@ def probe_from(doc: dict[str, Any], tensors: dict[str, np.ndarray], doc_where: s
         width += block_width(block.name, block.config, block.arrays, where)
         blocks.append(block)
     check_final(tensors, width, where)
-    scaler = Standardizer()
-    scaler.mean_, scaler.scale_ = tensors["scaler.mean"], tensors["scaler.scale"]
+    scaler = scaler_from_arrays(tensors["scaler.mean"], tensors["scaler.scale"])
     return ProbeFit(
         feature_set=doc["feature_set"], blocks=blocks, scaler=scaler, coef=tensors["coef"],
         intercept=float(doc["intercept"]), C=float(doc["C"]), threshold=float(doc["threshold"]),

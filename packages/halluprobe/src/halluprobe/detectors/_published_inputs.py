@@ -7,6 +7,7 @@ lists; `mtopdiv` is TOHA's statistic of one head, `rauq_score` RAUQ's of one ans
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse.csgraph import minimum_spanning_tree
 
 from halluprobe.features._records import HEAD_STATS, POOLS, ExampleRecord
 
@@ -46,7 +47,8 @@ def mtopdiv(weights: np.ndarray, prompt_len: int) -> float:
 
     The prompt is one vertex; response token ``i`` links to key ``j < i`` with length
     ``1 - p_ij`` and to the prompt with ``1 - max_{j < P} p_ij``. The result is the total length of a
-    minimum spanning tree of that graph divided by the number of response tokens.
+    minimum spanning tree of that graph (``scipy.sparse.csgraph.minimum_spanning_tree``) divided by
+    the number of response tokens.
 
     Args:
         weights: ``[R, L]`` attention weights of the response rows (row ``i`` at position ``L - R + i``).
@@ -59,23 +61,12 @@ def mtopdiv(weights: np.ndarray, prompt_len: int) -> float:
             f"mtopdiv needs [R, L] weights with 1 <= prompt_len <= L - R; got {w.shape}, {prompt_len}"
         )
     start = length - r
-    dist = np.full((r + 1, r + 1), np.inf)  # vertex 0 = prompt, vertex 1 + i = response token i
-    dist[0, 1:] = dist[1:, 0] = 1.0 - w[:, :prompt_len].max(1)
-    resp = 1.0 - w[:, start:]  # [R, R]: row i, response key j
-    lower = np.tril(np.ones((r, r), dtype=bool), -1)
-    sym = np.where(lower, resp, np.inf)
-    dist[1:, 1:] = np.minimum(sym, sym.T)
-    in_tree = np.zeros(r + 1, dtype=bool)
-    in_tree[0] = True
-    best = dist[0].copy()
-    total = 0.0
-    for _ in range(r):
-        cand = np.where(in_tree, np.inf, best)
-        v = int(cand.argmin())
-        total += cand[v]
-        in_tree[v] = True
-        best = np.minimum(best, dist[v])
-    return total / r
+    dist = np.zeros((r + 1, r + 1))  # vertex 0 = prompt, vertex 1 + i = response token i; 0 = no edge
+    dist[0, 1:] = 2.0 - w[:, :prompt_len].max(1)
+    dist[1:, 1:] = np.tril(2.0 - w[:, start:], -1).T  # response row i attends to response key j < i
+    # every length is shifted by 1 (to 1 + (1 - p) > 0: scipy reads 0 as "no edge"); each spanning tree
+    # has r edges, so the shift changes no tree's rank and adds exactly r to the total
+    return (float(minimum_spanning_tree(dist).sum()) - r) / r
 
 
 def _pooled(records: list[ExampleRecord], stat: str, pool: str = "mean") -> np.ndarray:

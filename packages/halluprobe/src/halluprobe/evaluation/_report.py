@@ -213,7 +213,11 @@ def plot_auroc_bars(path: Path, rows: list[dict], names: dict[str, str] | None =
             [i - 0.4 + (k + 0.5) * width for i, _ in got],
             [r["auroc"] for _, r in got],
             width,
-            yerr=[[r["auroc"] - r["auroc_lo"] for _, r in got], [r["auroc_hi"] - r["auroc"] for _, r in got]],
+            # clipped at 0: the bootstrap's exact AUROC and sklearn's point value may differ in the last bit
+            yerr=np.maximum(
+                0.0,
+                [[r["auroc"] - r["auroc_lo"] for _, r in got], [r["auroc_hi"] - r["auroc"] for _, r in got]],
+            ),
             capsize=1.5,
             color=cmap(k % 20),
             label=m.replace("SmolLM2 judge", "judge"),

@@ -164,5 +164,5 @@ def render(folder: str | Path, *, title: str = "Detection quality on real data")
     if history:
         files = ", ".join(f"`{n}`" for n in history)
         parts.append(f"\n## Earlier runs\n\nThe change of every main-table number from an earlier run: "
-                     f"{files} (`benchmarks/detection/compare.py`).\n")  # fmt: skip
+                     f"{files} (`benchmarks/detection/report.py OLD/main.csv NEW/main.csv`).\n")  # fmt: skip
     return "".join(parts)

@@ -34,6 +34,27 @@ def _ci(v: float, ci: Sequence[float]) -> str:
     return f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def cost_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per path, the mean and median seconds and mean and max peak MiB of per-example timing rows.
+
+    ``rows``: one dict per example with ``<path>_s`` (seconds) and ``<path>_bytes`` (peak extra bytes,
+    None where not measured) for every path; the ``"paths"`` of a ``cost.json`` (`cost_markdown`).
+    """
+    import numpy as np
+
+    out: dict[str, dict[str, float | None]] = {}
+    for name in [k[:-2] for k in rows[0] if k.endswith("_s")]:
+        s = np.array([r[f"{name}_s"] for r in rows], dtype=np.float64)
+        mem = [r[f"{name}_bytes"] for r in rows]
+        measured = mem[0] is not None
+        out[name] = {
+            "seconds_mean": float(s.mean()), "seconds_median": float(np.median(s)),
+            "peak_mib_mean": float(np.mean(mem)) / 2**20 if measured else None,
+            "peak_mib_max": float(np.max(mem)) / 2**20 if measured else None,
+        }  # fmt: skip
+    return out
+
+
 def cost_markdown(cost: Mapping[str, Any] | None, extract: Mapping[str, Any] | None) -> str:
     """The extraction's throughput and, when measured, the per-example cost of each forward path."""
     lines = []

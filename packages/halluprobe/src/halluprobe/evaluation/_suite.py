@@ -125,6 +125,40 @@ def _probability(fit: ProbeFit) -> Callable[[list], np.ndarray]:
     return lambda recs: fit.predict_proba(recs)[:, 1]
 
 
+def judge_methods(judge: Mapping[str, Any] | None, ds: Dataset) -> list[MethodScores]:
+    """The judge of a ``judge.json`` (`halujudge.judge_datasets`) on ``ds`` as a method (validation F1).
+
+    Empty when there is no judge document or it did not score ``ds``.
+
+    Raises:
+        ValueError: the document's test ids are not those of ``ds`` (scored on another version of it).
+    """
+    if not judge or ds.name not in judge["datasets"]:
+        return []
+    j = judge["datasets"][ds.name]
+    if j["test_ids"] != [e.id for e in ds.test.examples]:
+        raise ValueError(f"judge test ids of {ds.name} do not match the dataset; score the judge again")
+    y_val = np.asarray(ds.validation.labels)
+    label = f"SmolLM2 judge ({judge['template']})"
+    return [
+        MethodScores.chosen_on_validation(label, "judge", j["validation_scores"], j["test_scores"], y_val)
+    ]
+
+
+def pooled_judge(
+    judge: Mapping[str, Any] | None, pooled: Sequence[str], targets: Sequence[str]
+) -> dict[str, Any] | None:
+    """A ``judge.json``'s judge for `pooled_transfer` (validation of ``pooled``, test of ``targets``)."""
+    if not judge:
+        return None
+    j = judge["datasets"]
+    return {
+        "name": f"SmolLM2 judge ({judge['template']})",
+        "validation": np.concatenate([j[t]["validation_scores"] for t in pooled]),
+        "scores": {t: j[t]["test_scores"] for t in targets if t in j},
+    }
+
+
 def evaluate_dataset(
     ds: Dataset, records: Mapping[str, list], order: list[int], logit_names: Sequence[str], *,
     extra: Sequence[MethodScores] = (), feature_sets: Sequence[str] = FEATURE_SETS, n_bootstrap: int = 10_000,
@@ -144,8 +178,8 @@ def evaluate_dataset(
     """
     from halubench_data import text_only_scores
 
+    from halluprobe.detectors._published_fit import published_scores
     from halluprobe.training._protocol import train_feature_sets
-    from halluprobe.training._training import published_scores
 
     lab, grp = split_labels(ds)
     fits = train_feature_sets(list(feature_sets), order, records["train"], lab["train"], grp["train"],
@@ -263,8 +297,8 @@ def pooled_transfer(
     """
     from halubench_data import select_threshold
 
+    from halluprobe.detectors._published_fit import fit_published
     from halluprobe.training._protocol import train_feature_sets
-    from halluprobe.training._training import fit_published
 
     recs = split_records(load, pooled)
     lab, grp = split_labels(pooled)

@@ -41,6 +41,15 @@ MAIN_FLOATS = ("f1", "f1_lo", "f1_hi", "auroc", "auroc_lo", "auroc_hi", "precisi
 MAIN_INTS = ("n", "n_positive", "n_groups")
 
 
+def device_name(device: str) -> str:
+    """The GPU's name for a CUDA ``device``, else ``CPU (<processor>, <threads> threads)`` (provenance)."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
 def environment(extract: Mapping[str, Any], proxy: str) -> dict[str, str]:
     """Date, device, dtype, kernel backend and library versions recorded with every table row."""
     import sklearn
@@ -319,3 +328,22 @@ def compare_markdown(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str
         o, n = a.get(key), b.get(key)
         lines.append(f"| {key[0]} | {key[1]} | {_change(o, n, 'f1')} | {_change(o, n, 'auroc')} |")
     return "\n".join(lines) + "\n"
+
+
+def rebuild_report(folder: Path) -> None:
+    """Rewrite a results folder's ``main_table.md``, AUROC bars, ``cost.md`` and ``judge_selection.md``.
+
+    From its ``main.csv``, ``extract.json``, ``cost.json`` and ``judge.json`` alone: for a run whose
+    analysis wrote those but stopped before its report.
+    """
+    import json
+
+    from halluprobe.evaluation._report import plot_auroc_bars
+
+    rows = read_csv(folder / "main.csv")
+    atomic_write_text(folder / "main_table.md", main_markdown(rows), overwrite=True)
+    plot_auroc_bars(folder / "detection_auroc_bars.png", rows, DATASET_NAMES)
+    extract, cost = (json.loads((folder / f).read_text()) for f in ("extract.json", "cost.json"))
+    atomic_write_text(folder / "cost.md", cost_markdown(cost, extract), overwrite=True)
+    judge = json.loads((folder / "judge.json").read_text())
+    atomic_write_text(folder / "judge_selection.md", judge_markdown(judge), overwrite=True)

@@ -166,7 +166,7 @@ def anchored_fitter(candidates: Sequence[str], head_order: Sequence[int]) -> Fit
     Each candidate is ``O+SET@w`` (the mix weight ``w`` given; the packaged detector is
     ``O+A7H64@0.4``) or ``O+SET`` (``w`` chosen in every fold among
     `halluprobe.training._anchor.ANCHOR_WEIGHTS` by the mean per-source AUROC on the validation pool);
-    the probe of ``SET`` is fitted as `halluprobe.training.fit_general` fits it (sources and labels
+    the probe of ``SET`` is fitted as `halluprobe.fit_general` fits it (sources and labels
     weighted equally, A7's heads chosen on the fit's own sources). Scores: the mixed logit.
     """
     from halluprobe.blocks._blocks import A7_SELECTION
@@ -209,7 +209,7 @@ def anchored_fitter(candidates: Sequence[str], head_order: Sequence[int]) -> Fit
 
 def published_fitter(head_order: Sequence[int], logit_names: Sequence[str], toha: bool = False) -> Fitter:
     """The published detectors of `halluprobe.training.fit_published` on the pooled splits (unweighted)."""
-    from halluprobe.training._training import fit_published
+    from halluprobe.detectors._published_fit import fit_published
 
     def fit(train: Pool, validation: Pool) -> dict[str, tuple[Kind, Scorer]]:
         recs = {"train": train.record_list(), "validation": validation.record_list()}

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         reduce_forward,
         token_records,
     )
+    from halluprobe.features._timed import DeadlineReached, TimedCompute
     from halluprobe.features._token_data import (
         TOKEN_VIEWS,
         TokenExample,
@@ -43,30 +44,33 @@ _EXPORTS = {
         "token_offsets",
     ),
     "_token_examples": ("token_examples",),
+    "_timed": ("DeadlineReached", "TimedCompute"),
 }
 
 __all__ = [
     "CacheRepairWarning",
+    "close_world",
+    "DeadlineReached",
     "ExampleRecord",
+    "extract_records",
     "FeatureCache",
     "HEAD_STATS",
+    "init_world",
     "MAX_SINKS",
+    "plan_batches",
     "POOLS",
     "ProxyExtractor",
-    "TOKEN_VIEWS",
-    "TokenExample",
-    "TokenStore",
-    "World",
-    "close_world",
-    "extract_records",
-    "init_world",
-    "plan_batches",
     "reduce_forward",
     "shard_batches",
+    "TimedCompute",
     "token_examples",
     "token_features",
     "token_offsets",
     "token_records",
+    "TOKEN_VIEWS",
+    "TokenExample",
+    "TokenStore",
+    "World",
 ]
 
 __getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from halluprobe.blocks._blocks import HEAD_FEATURES
+from halluprobe.features._records import HEAD_FEATURES
 
 if TYPE_CHECKING:
     from flashstats_hf.types import ForwardStats

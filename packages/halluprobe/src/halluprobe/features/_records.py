@@ -33,6 +33,9 @@ HEAD_STATS: tuple[str, ...] = (
 POOLS: tuple[str, ...] = POOL_NAMES
 """Poolings over answer tokens, in the order of the last axis of pooled arrays (``flashstats_hf``)."""
 
+HEAD_FEATURES: tuple[str, ...] = tuple(f"{s}.{p}" for s in HEAD_STATS for p in POOLS)
+"""Every pooled head statistic ``"<statistic>.<pool>"`` (what an A7 block and a detector's reads accept)."""
+
 MAX_SINKS = 10
 """Largest sink count ``k`` kept per head (the protocol searches ``k`` in ``1..MAX_SINKS``)."""
 

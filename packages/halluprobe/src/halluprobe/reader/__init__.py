@@ -18,8 +18,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from halluprobe.reader._data import ReaderRow, encode_row, span_token_labels
-    from halluprobe.reader._fitting import ReaderExample, SkippedRowWarning, as_examples
+    from halluprobe.reader._data import ReaderExample, ReaderRow, as_examples, encode_row, span_token_labels
+    from halluprobe.reader._fitting import SkippedRowWarning
     from halluprobe.reader._model import ReaderHead, pool_logits
     from halluprobe.reader._reader import Reader
     from halluprobe.reader._settings import DEFAULT_TARGETS, POOLS, AdapterSpec, ReaderSettings
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "ReaderRow": "_data", "encode_row": "_data", "span_token_labels": "_data",
-    "ReaderExample": "_fitting", "SkippedRowWarning": "_fitting", "as_examples": "_fitting",
+    "ReaderExample": "_data", "SkippedRowWarning": "_fitting", "as_examples": "_data",
     "ReaderHead": "_model", "pool_logits": "_model",
     "DEFAULT_TARGETS": "_settings", "POOLS": "_settings", "AdapterSpec": "_settings",
     "ReaderSettings": "_settings",

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from halluprobe.reader._scoring import ReaderScoring, choose_anchor
-from halluprobe.training._calibration import check_threshold_rule
+from halluprobe.training._thresholds import check_threshold_rule
 
 __all__ = ["finish_fit", "rescored", "rule_threshold"]
 
@@ -109,8 +109,7 @@ def rescored(est, X_val: Any, *, anchor: bool, threshold_rule: str | None = None
     import copy
     from types import SimpleNamespace
 
-    from halluprobe.reader._data import encode_row
-    from halluprobe.reader._fitting import as_examples
+    from halluprobe.reader._data import as_examples, encode_row
 
     examples = as_examples(X_val, None, None)
     out = copy.copy(est)

@@ -9,13 +9,14 @@ every token of a supported answer is 0; a hallucinated answer without spans has 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from halubench_data import Span
 
-__all__ = ["ReaderRow", "batches", "encode_row", "span_token_labels"]
+__all__ = ["ReaderExample", "ReaderRow", "as_examples", "batches", "encode_row", "span_token_labels"]
 
 
 @dataclass(frozen=True)
@@ -132,4 +133,75 @@ def batches(
         out.append(cur)
     if rng is not None:
         out = [out[k] for k in rng.permutation(len(out))]
+    return out
+
+
+@dataclass(frozen=True)
+class ReaderExample:
+    """One labelled example as the reader reads it."""
+
+    id: str
+    source: str
+    context: str
+    question: str
+    answer: str
+    label: int
+    spans: tuple = ()
+    group: str = ""
+    split: str | None = None
+
+
+def as_examples(X: Any, y: Any, sources: Any) -> list[ReaderExample]:
+    """The rows of ``X`` as `ReaderExample` (labels from ``y`` or the rows; sources likewise).
+
+    Raises:
+        ValueError: naming the row, when it is not an example, mapping or triple, has an empty answer,
+            or its label is not 0 or 1; or when ``y`` / ``sources`` differ in length from ``X``.
+    """
+    from halubench_data import Span
+
+    if isinstance(X, str | bytes) or not hasattr(X, "__iter__"):
+        raise ValueError(f"X must be a sequence of examples, got {type(X).__name__}")
+    rows = list(X)
+    if not rows:
+        raise ValueError("X is empty: expected at least one example")
+    for name, given in (("y", y), ("sources", sources)):
+        if given is not None and len(given) != len(rows):
+            raise ValueError(f"{name} has {len(given)} entries for {len(rows)} rows of X")
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, Mapping):
+            get = row.get
+        elif all(hasattr(row, k) for k in ("context", "answer")):
+
+            def get(k, default=None, row=row):
+                return getattr(row, k, default)
+        elif isinstance(row, tuple | list) and len(row) == 3:
+
+            def get(k, default=None, row=row):
+                return dict(zip(("context", "question", "answer"), row, strict=True)).get(k, default)
+        else:
+            raise ValueError(
+                f"row {i}: expected an Example, a mapping or a (context, question, answer) triple"
+            )
+        rid = str(get("id", None) or f"row{i}")
+        label = y[i] if y is not None else get("label", None)
+        if isinstance(label, bool) or label not in (0, 1):
+            raise ValueError(
+                f"row {i} ({rid!r}): label must be 0 (supported) or 1 (hallucinated), got {label!r}"
+            )
+        texts = [get(k, "") for k in ("context", "question", "answer")]
+        if not all(isinstance(t, str) for t in texts) or not texts[2].strip():
+            raise ValueError(
+                f"row {i} ({rid!r}): context, question and answer must be strings, the answer non-empty"
+            )
+        spans = tuple(
+            s if isinstance(s, Span) else Span(int(s[0]), int(s[1])) for s in (get("spans", ()) or ())
+        )
+        if any(s.end > len(texts[2]) for s in spans):
+            raise ValueError(f"row {i} ({rid!r}): a span lies outside the {len(texts[2])}-character answer")
+        src = sources[i] if sources is not None else get("source", None)
+        context, question, answer = texts
+        out.append(ReaderExample(rid, str(src or "unknown"), context, question, answer, int(label), spans,
+                                 str(get("group", None) or rid), get("split", None)))  # fmt: skip
     return out

@@ -1,4 +1,4 @@
-"""Training: one call (`train`), the probe protocol (C, heads and sinks chosen on validation), the CLI run.
+"""Training: the probe protocol (C, heads and sinks chosen on validation), calibration, the general recipe.
 
 Names are imported on first use: importing this package does not import torch or scikit-learn.
 """
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
         select_sink_count,
         train_feature_sets,
     )
-    from halluprobe.training._train import train
-    from halluprobe.training._training import fit_published, run_training
 
 _EXPORTS = {
     "_protocol": (
@@ -32,21 +30,16 @@ _EXPORTS = {
         "select_sink_count",
         "train_feature_sets",
     ),
-    "_train": ("train",),
-    "_training": ("fit_published", "run_training"),
 }
 
 __all__ = [
     "CS",
     "ProbeFit",
     "fit_blocks",
-    "fit_published",
     "make_blocks",
-    "run_training",
     "select_heads",
     "select_sink_count",
-    "train",
     "train_feature_sets",
 ]
 
-__getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS, legacy="_training")
+__getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS)

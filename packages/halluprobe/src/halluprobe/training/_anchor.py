@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from sklearn.preprocessing import StandardScaler
 
-from halluprobe.blocks._blocks import GBlock, Standardizer, parse_feature_set
+from halluprobe.blocks._blocks import GBlock, parse_feature_set, scaler_from_arrays
 from halluprobe.features._grounding import feature_names
 from halluprobe.features._records import ExampleRecord
 from halluprobe.training._protocol import ProbeFit
@@ -79,7 +80,7 @@ def anchor(probe: ProbeFit, train: Sequence[ExampleRecord], y: np.ndarray, w: fl
     train = list(train)
     g = GBlock().fit(train, y)
     zg_tr = g.transform(train)
-    scaler = Standardizer().fit(zg_tr)
+    scaler = StandardScaler().fit(zg_tr)
     (mo, so), (mp, sp) = _z(_overlap(train)), _z(probe.decision_function(train))
     col = feature_names().index("unsupported_word_share")
     # overlap = (zg * g.scale + g.mean) at that column; after the outer scaler: zg = z * s.scale + s.mean
@@ -87,9 +88,10 @@ def anchor(probe: ProbeFit, train: Sequence[ExampleRecord], y: np.ndarray, w: fl
     shift = float(g.arrays["mean"][col] + g.arrays["scale"][col] * scaler.mean_[col])
     coef_g = np.zeros(zg_tr.shape[1])
     coef_g[col] = (1.0 - w) * unit / so
-    combined = Standardizer()
-    combined.mean_ = np.concatenate([scaler.mean_, probe.scaler.mean_])
-    combined.scale_ = np.concatenate([scaler.scale_, probe.scaler.scale_])
+    combined = scaler_from_arrays(
+        np.concatenate([scaler.mean_, probe.scaler.mean_]),
+        np.concatenate([scaler.scale_, probe.scaler.scale_]),
+    )
     intercept = (1.0 - w) * (shift - mo) / so + w * (probe.intercept - mp) / sp
     return ProbeFit(
         "G" + probe.feature_set, [g, *probe.blocks], combined,

@@ -1,6 +1,7 @@
 """A general detector: one probe trained on several sources, chosen for sources it never saw.
 
-The recipe (`fit_general`, `train_general`; ``halluprobe train --general`` runs it):
+The recipe (`fit_general_probe`; ``halluprobe train --general`` runs it, and `halluprobe.fit_general` makes a
+`Detector` of it):
 
 1. **Equal weight per source.** Every training answer gets a sample weight so that each source weighs
    the same in total and, within a source, both labels weigh the same (`source_label_weights`). A large
@@ -33,9 +34,9 @@ from typing import Any
 
 import numpy as np
 from halubench_data.metrics import auroc, best_by_validation
+from sklearn.preprocessing import StandardScaler
 
-from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, Standardizer, parse_feature_set
-from halluprobe.detectors._detector import Detector
+from halluprobe.blocks._blocks import A7_SELECTION, L9_SELECTION, parse_feature_set
 from halluprobe.features._records import ExampleRecord
 from halluprobe.training._anchor import ANCHOR_WEIGHTS, anchor, anchored_scores, parse_candidate
 from halluprobe.training._protocol import CS, ProbeFit, make_blocks, select_heads, select_sink_count
@@ -68,11 +69,11 @@ class _Pool:
 
 
 @dataclass
-class GeneralFit:
-    """What `fit_general` chose and fitted."""
+class GeneralProbe:
+    """What `fit_general_probe` chose and fitted."""
 
-    detector: Detector
-    """The general detector (calibrated probe, transfer threshold)."""
+    probe: ProbeFit
+    """The general probe (calibrated, with the transfer threshold)."""
     feature_set: str
     """The chosen feature set."""
     loso_auroc: dict[str, dict[str, float]]
@@ -157,7 +158,7 @@ def fit_weighted(
     for b in blocks:
         b.fit(tr.records, tr.y)
     x_tr = np.hstack([b.transform(tr.records) for b in blocks])
-    scaler = Standardizer().fit(x_tr)
+    scaler = StandardScaler().fit(x_tr)
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(va.records) for b in blocks]))
     w = source_label_weights(tr.y, tr.source)
@@ -303,22 +304,19 @@ def loso_auroc(
     return out
 
 
-def fit_general(
+def fit_general_probe(
     datasets: Sequence[Any],
     records_by_dataset: Mapping[str, Mapping[str, Sequence[ExampleRecord]]],
     *,
     head_order: Sequence[int],
-    proxy: str | None = None,
-    layers: Sequence[int] | None = None,
-    hidden_layers: Sequence[int] = (),
     feature_sets: Sequence[str] = GENERAL_FEATURE_SETS,
     seed: int = 0,
     a7_features: tuple[str, ...] = A7_SELECTION,
     l9_features: tuple[str, ...] = L9_SELECTION,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
-) -> GeneralFit:
-    """Train a general detector on several sources (the recipe in this module's docstring).
+) -> GeneralProbe:
+    """Fit a general probe on several sources (the recipe in this module's docstring).
 
     Args:
         datasets: Datasets (``halubench_data.Dataset``) with distinct names. Their examples'
@@ -328,9 +326,6 @@ def fit_general(
             example of the split, in order, each with its grounding features when a set uses ``G``
             (`halluprobe.features._grounding.fill_grounding`).
         head_order: Flat head indices ranked by induction score (`halluprobe.rank_heads`).
-        proxy: Proxy id saved with the detector (None: the default SmolLM2).
-        layers: Scored layers of the records (None: all).
-        hidden_layers: Hidden layers of the records (as the extraction kept them).
         feature_sets: Candidate feature sets, in tie-break order.
         seed: Seed of the logistic regressions (the result does not depend on it beyond ties).
         a7_features: A7's features (default the packaged selection).
@@ -374,14 +369,4 @@ def fit_general(
         "calibration_slope": a,
         "calibration_intercept": b,
     }
-    det = Detector.from_probe(fit, proxy=proxy, layers=layers, hidden_layers=hidden_layers)
-    return GeneralFit(det, fit.feature_set, table, names, (a, b), chosen)
-
-
-def train_general(
-    datasets: Sequence[Any],
-    records_by_dataset: Mapping[str, Mapping[str, Sequence[ExampleRecord]]],
-    **kwargs: Any,
-) -> Detector:
-    """The general detector of `fit_general` (same arguments), without the selection details."""
-    return fit_general(datasets, records_by_dataset, **kwargs).detector
+    return GeneralProbe(fit, fit.feature_set, table, names, (a, b), chosen)

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from halubench_data.metrics import C_GRID, best_by_validation
+from sklearn.preprocessing import StandardScaler
 
 from halluprobe._numeric import sigmoid
 from halluprobe.blocks._blocks import (
     A7_SELECTION,
+    KS,
     L9_SELECTION,
     A7Block,
     A64Block,
@@ -28,7 +30,6 @@ from halluprobe.blocks._blocks import (
     GBlock,
     H64Block,
     L9Block,
-    Standardizer,
     parse_feature_set,
 )
 from halluprobe.blocks._contrast import CBlock
@@ -36,8 +37,6 @@ from halluprobe.features._records import MAX_SINKS, ExampleRecord
 
 CS: tuple[float, ...] = C_GRID
 """Regularisation strengths searched, ascending (ties go to the first): ``halubench_data.metrics.C_GRID``."""
-KS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-"""Numbers of induction heads searched for A7, ascending."""
 
 
 @dataclass
@@ -48,7 +47,7 @@ class ProbeFit:
     """Name such as ``"A7H64"``."""
     blocks: list[Block]
     """Fitted blocks, in canonical order."""
-    scaler: Standardizer
+    scaler: StandardScaler
     """Standardiser of the concatenated block outputs (fit on train)."""
     coef: np.ndarray
     """``[d] float64`` logistic-regression weights on the standardised features."""
@@ -113,7 +112,7 @@ def fit_blocks(
     for b in blocks:
         b.fit(train, y_train)
     x_tr = np.hstack([b.transform(train) for b in blocks])
-    scaler = Standardizer().fit(x_tr)
+    scaler = StandardScaler().fit(x_tr)
     z_tr = scaler.transform(x_tr)
     z_va = scaler.transform(np.hstack([b.transform(val) for b in blocks]))
     m = _metrics()
@@ -187,7 +186,7 @@ def select_sink_count(
                 continue
             rec_tr, rec_te = [train[i] for i in tr], [train[i] for i in te]
             block = A64Block(k).fit(rec_tr, y[tr])
-            sc = Standardizer().fit(block.transform(rec_tr))
+            sc = StandardScaler().fit(block.transform(rec_tr))
             z_tr, z_te = sc.transform(block.transform(rec_tr)), sc.transform(block.transform(rec_te))
             for c in cs:
                 lr = _logreg(c).fit(z_tr, y[tr])
