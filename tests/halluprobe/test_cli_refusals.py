@@ -113,14 +113,18 @@ def test_bad_flags_and_special_files_are_refused_by_name(tmp_path, argv, match):
 def test_train_refuses_a_folder_of_an_earlier_run_and_overwrite_clears_it(tmp_path):
     run = tmp_path / "run"
     (run / "detectors" / "A7").mkdir(parents=True)
+    (run / "detectors" / "A7" / "probe.json").write_text("{}")
+    (run / ".outputs").write_text("detectors/A7/probe.json\n")
     (run / "cache").mkdir()
     assert_refused(
-        ["train", "--out", str(run)], f"--out {run} holds the outputs of an earlier run (detectors)"
+        ["train", "--out", str(run)],
+        f"--out {run} holds the outputs of an earlier run (detectors/A7/probe.json)",
     )
-    from halubench_data.clikit import check_out_dir, clear_out_dir
+    from halubench_data.clikit import check_out_dir, claim_out_dir, release_outputs
 
     check_out_dir(run, overwrite=True)
-    clear_out_dir(run)
+    claim_out_dir(run, overwrite=True)
+    release_outputs()
     assert [p.name for p in run.iterdir()] == ["cache"]  # the feature cache is kept
 
 

@@ -106,8 +106,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     clikit.check_device_name(args.device)
     args.out = clikit.check_out_dir(args.out, overwrite=args.overwrite)
     args.device = clikit.resolve_device(args.device)
-    if args.overwrite:
-        clikit.clear_out_dir(args.out)
+    clikit.claim_out_dir(args.out, overwrite=args.overwrite)
     from halubench_data import results_table
 
     from halujudge._run import evaluate_command

@@ -100,13 +100,14 @@ def cmd_train_general(args, specs: list[str], selections: dict) -> int:
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)
-    out = clikit.check_out_dir(args.out)
+    out = clikit.check_out_dir(args.out, overwrite=args.overwrite)
     parse_layers(args.layers)
     check_sizes(args)
     clikit.check_model_arg(args.proxy, "--proxy")
     if args.graphs and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
     datasets = _load_sources(specs, args)
+    clikit.claim_out_dir(out, overwrite=args.overwrite)
     for ds in datasets:
         clikit.status(f"source {ds.name}: {len(ds.train)} train, {len(ds.validation)} validation")
     model, tok = load_proxy(load_model, args.proxy, device)
