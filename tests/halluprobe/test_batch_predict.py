@@ -431,4 +431,5 @@ def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
         main(["predict", str(tmp_path / "d"), "--context", "x" * 400, "--answer", "y", "--device", "cpu"])
         == 2
     )
-    assert "--context and --answer: example" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "example '--context/--question/--answer' has" in err and "None" not in err

@@ -182,7 +182,51 @@ def test_a_nan_judge_cache_entry_names_the_file_and_line(tmp_path):
 
 
 def test_a_detector_whose_hub_proxy_is_not_cached_fails_at_once_when_offline(detector_dir, tmp_path):
-    (detector_dir / "detector.json").write_text(json.dumps({"proxy": "someorg/missing-model"}))
+    from halluprobe.detectors._default import packaged_path
+
+    doc = json.loads((packaged_path() / "detector.json").read_text())  # every field valid
+    (detector_dir / "detector.json").write_text(json.dumps({**doc, "proxy": "someorg/missing-model"}))
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     argv = ["predict", str(detector_dir), "--context", "c", "--answer", "a"]
     assert_refused(argv, "the proxy of detector", env=env)
+
+
+def _sources(tmp_path, **changes):
+    """Two JSONL sources 'a' and 'b' (train, validation and test, both labels), ``changes`` applied to 'b'."""
+    from halubench_data import Dataset, Example
+
+    files = []
+    for name in "ab":
+        rows = [
+            Example(f"{name}{i}", name, "Ada lives in Lyon.", "Where?", "In Lyon." if i % 2 else "In Rome.",
+                    i % 2, f"{name}g{i}", ("train", "validation", "test")[i % 3])
+            for i in range(12)
+        ]  # fmt: skip
+        if name == "b":
+            rows = [replace(e, **{k: v(e) for k, v in changes.items()}) for e in rows]
+        files += ["--dataset", str(write_jsonl(Dataset(tuple(rows), name=name), tmp_path / f"{name}.jsonl"))]
+    return files
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"source": lambda e: "a", "id": lambda e: "x" + e.id, "group": lambda e: "x" + e.group},
+         "leave-one-source-out needs at least two sources"),
+        ({"label": lambda e: 1}, "the pooled training split of the other sources has only label 1"),
+        ({"split": lambda e: "train"}, "the pooled validation split of the other sources has no examples"),
+    ],
+    ids=["one-source", "one-label", "no-validation"],
+)  # fmt: skip
+def test_transfer_refuses_sources_that_cannot_fold_before_any_extraction(tmp_path, changes, match):
+    out = tmp_path / "run"
+    assert_refused(["transfer", *_sources(tmp_path, **changes), "--out", str(out), "--device", "cpu"], match)
+    assert not out.exists()  # no OUT/cache left behind
+
+
+def test_refusals_that_came_after_the_proxy_loaded_come_at_once(tmp_path):
+    assert_refused(["serve", str(tmp_path / "nonexistent")], "does not exist")
+    assert_refused(["serve", "/etc"], "/etc/detector.json is missing")
+    assert_refused(["train", "--feature-sets", "XYZ", "--out", str(tmp_path / "r")], "XYZ")
+    env = {"HALLUPROBE_DETECTOR": str(tmp_path / "nonexistent")}
+    assert_refused(["predict", "--context", "c", "--answer", "a"], "HALLUPROBE_DETECTOR=", env=env)

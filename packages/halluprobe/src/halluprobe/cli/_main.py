@@ -188,13 +188,14 @@ def cmd_train(args) -> int:
     for block in ("a7", "l9"):  # a missing, special or huge selection file, before torch loads
         if (path := getattr(args, f"{block}_selection")) is not None:
             clikit.read_bounded(path, f"--{block}-selection", MAX_SELECTION_BYTES)
+    from halluprobe.blocks._names import parse_feature_set
+
+    for name in sets:
+        parse_feature_set(name)  # a bad name fails before torch loads
     data = _check_run(args)
-    from halluprobe.blocks._blocks import parse_feature_set
     from halluprobe.features._distributed import close_world
     from halluprobe.training._training import run_training
 
-    for name in sets:
-        parse_feature_set(name)  # a bad name fails before the proxy runs
     selections = _selections(args)  # as does a malformed --a7-selection / --l9-selection
     ds, ext, cache = _setup(args, data)
     try:  # the extraction is the parallel part; rank 0 alone fits, evaluates and reports

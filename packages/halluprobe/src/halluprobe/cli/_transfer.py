@@ -141,8 +141,31 @@ def cmd_transfer(args) -> int:
     """``halluprobe transfer``: the leave-one-source-out table, with floors and calibration."""
     from halubench_data import load
 
-    from halluprobe.blocks._blocks import parse_feature_set
+    from halluprobe.blocks._names import parse_feature_set
     from halluprobe.cli._common import parse_layers
+    from halluprobe.evaluation._folds import check_sources
+
+    if args.judge_template and not args.judge:
+        raise clikit.UsageError("--judge-template needs --judge")
+    if args.judge:
+        _check_templates(args.judge_template or [])
+    names = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
+    anchored = [n for n in names if n.startswith("O+")]
+    sets = [n for n in names if not n.startswith("O+")]
+    for name in sets:
+        parse_feature_set(name)  # a bad name fails before anything loads
+    for flag in ("batch_size", "token_budget", "n_bootstrap", "jobs"):
+        if getattr(args, flag) < 1:
+            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    clikit.check_device_name(args.device)
+    clikit.check_out_dir(args.out, overwrite=args.overwrite)
+    parse_layers(args.layers)
+    limit = clikit.parse_limit(args.limit, dataset="")
+    datasets = [load(spec, limit=limit, arg="--dataset") for spec in args.dataset]
+    try:  # every fold fits (two sources, both labels in each pooled split) before any extraction
+        sources = check_sources([e for ds in datasets for e in ds], args.held_out)
+    except ValueError as exc:
+        raise clikit.UsageError(f"--dataset: {exc}") from None
     from halluprobe.evaluation._transfer import (
         Fitter,
         anchored_fitter,
@@ -154,29 +177,8 @@ def cmd_transfer(args) -> int:
     )
     from halluprobe.training._calibration import degenerate_fit_lines
 
-    if args.judge_template and not args.judge:
-        raise clikit.UsageError("--judge-template needs --judge")
-    if args.judge:
-        _check_templates(args.judge_template or [])
-    names = [] if args.feature_sets.strip() == "none" else [s.strip() for s in args.feature_sets.split(",")]
-    anchored = [n for n in names if n.startswith("O+")]
-    sets = [n for n in names if not n.startswith("O+")]
-    for name in sets:
-        parse_feature_set(name)  # a bad name fails before anything loads
-    anchored_fitter(anchored, [])  # likewise for the anchored candidates
-    for flag in ("batch_size", "token_budget", "n_bootstrap", "jobs"):
-        if getattr(args, flag) < 1:
-            raise clikit.UsageError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    clikit.resolve_device(args.device)
-    clikit.check_out_dir(args.out, overwrite=args.overwrite)
-    parse_layers(args.layers)
-    limit = clikit.parse_limit(args.limit, dataset="")
-    if args.overwrite:
-        clikit.clear_out_dir(args.out)
-    datasets = [load(spec, limit=limit, arg="--dataset") for spec in args.dataset]
-    sources = list(dict.fromkeys(e.source for ds in datasets for e in ds))
-    if len(sources) < 2:
-        raise clikit.UsageError(f"--dataset: leave-one-source-out needs at least two sources, got {sources}")
+    anchored_fitter(anchored, [])  # a bad anchored candidate fails before anything is written
+    clikit.claim_out_dir(args.out, overwrite=args.overwrite)
     clikit.status(f"sources: {', '.join(sources)}")
     fitters: list[Fitter] = [floor_fitter]
     records = None

@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from halluprobe.detectors._detector import Detector
+if TYPE_CHECKING:  # imported in `load`: resolving the default path needs no torch
+    from halluprobe.detectors._detector import Detector
 
 ENV_VAR = "HALLUPROBE_DETECTOR"
 """Environment variable naming a detector folder that replaces the packaged one as the default."""
@@ -58,8 +60,20 @@ def load(path: str | os.PathLike[str] | None = None) -> Detector:
             and how to build one), or ``path`` is missing.
         ValueError: the detector's files fail their checks ([`Detector.load`][halluprobe.Detector.load]).
     """
+    from halluprobe.detectors._detector import Detector
+
     if path is not None:
         return Detector.load(Path(path))
+    return Detector.load(check_default())
+
+
+def check_default() -> Path:
+    """The default detector's folder once its ``detector.json`` is known to exist (no torch imported).
+
+    Raises:
+        FileNotFoundError: naming `ENV_VAR` when it names a folder without a detector, else saying how
+            to build one.
+    """
     folder, how = default_path()
     if not (folder / "detector.json").is_file():
         if how.startswith(ENV_VAR):
@@ -70,4 +84,4 @@ def load(path: str | os.PathLike[str] | None = None) -> Detector:
             f"this halluprobe has no packaged general detector ({'/'.join(('halluprobe', *PACKAGED))}/"
             f"detector.json is missing); {BUILD_HINT}"
         )
-    return Detector.load(folder)
+    return folder

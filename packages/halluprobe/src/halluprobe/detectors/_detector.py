@@ -222,12 +222,7 @@ class Detector(ClassifierMixin, BaseEstimator):
         path = Path(path)
         where = str(path / _JSON)
         doc = dfile.read_document(path, _JSON)
-        if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-            got = doc.get("format_version") if isinstance(doc, dict) else None
-            raise ValueError(
-                f"{where} has detector format version {got!r}; this halluprobe reads version "
-                f"{FORMAT_VERSION}. Retrain the detector with this version."
-            )
+        dfile.check_format(doc, where)
         if doc.get("integrity") != dfile.document_digest(doc):
             raise ValueError(
                 f"{where} does not match its integrity hash: the detector's metadata was modified"
@@ -287,6 +282,9 @@ class Detector(ClassifierMixin, BaseEstimator):
             from halluprobe.features._extract import ProxyExtractor
 
             model, tok = load_model(self.proxy, device=device or self.device)
+            if hasattr(self, "probe_"):  # a loaded detector's indices, named against this proxy
+                cfg = model.config
+                dfile.check_against_proxy(self, int(cfg.num_hidden_layers), int(cfg.num_attention_heads))
             hidden = getattr(self, "hidden_layers_", self.hidden_layers)
             layers = None if self.layers is None else tuple(self.layers)
             self._extractor = ProxyExtractor(model, tok, layers, None if hidden is None else tuple(hidden))

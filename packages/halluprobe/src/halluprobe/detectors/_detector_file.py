@@ -14,6 +14,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,10 +87,17 @@ def read_document(folder: Path, name: str) -> Any:
     where = folder / name
     raw = read_member(folder, name, MAX_JSON_BYTES)
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, _no_constant
         what = "nests too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ValueError(f"{where} is not a valid detector file: {what}") from None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as an infinity
+        raise ValueError(f"it holds the number {text}, too large for a float; every field must be finite")
+    return value
 
 
 def _no_constant(name: str) -> None:
@@ -118,45 +126,183 @@ def number(
     return float(value)
 
 
-def _int_list(value: Any, key: str, where: str, *, optional: bool) -> None:
+def _int_list(value: Any, key: str, where: str, *, optional: bool, nonempty: bool = False) -> None:
     if value is None and optional:
         return
     if not isinstance(value, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
     ):
         raise ValueError(f"{where}: field {key!r} must be a list of non-negative integers, got {value!r}")
+    if nonempty and not value:
+        raise ValueError(f"{where}: field {key!r} must name at least one layer (null: all), got []")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where}: field {key!r} names a layer twice: {value!r}")
+
+
+FieldCheck = Callable[[dict[str, Any], str], None]
+"""A check of one field of a detector document: ``(document, where)``, a ValueError naming both."""
+
+
+def _required(key: str, check: FieldCheck) -> FieldCheck:
+    def run(doc: dict[str, Any], where: str) -> None:
+        if key not in doc:
+            raise ValueError(f"{where}: field {key!r} is missing")
+        check(doc, where)
+
+    return run
+
+
+def _number(key: str, lo: float | None = None, hi: float | None = None) -> FieldCheck:
+    def run(doc: dict[str, Any], where: str) -> None:
+        number(doc, key, where, lo=lo, hi=hi)
+
+    return run
+
+
+def _text(key: str, *, nullable: bool) -> FieldCheck:
+    def run(doc: dict[str, Any], where: str) -> None:
+        value = doc[key]
+        if (value is None and nullable) or (isinstance(value, str) and value):
+            return
+        what = "a non-empty string" + (" or null" if nullable else "")
+        raise ValueError(f"{where}: field {key!r} must be {what}, got {value!r}")
+
+    return run
+
+
+def _layers(key: str, *, optional: bool) -> FieldCheck:
+    def run(doc: dict[str, Any], where: str) -> None:
+        _int_list(doc[key], key, where, optional=optional, nonempty=True)
+
+    return run
+
+
+def _val_auroc(doc: dict[str, Any], where: str) -> None:
+    if doc["val_auroc"] is not None:  # null when validation had one class
+        number(doc, "val_auroc", where, lo=0.0, hi=1.0)
+
+
+def _blocks(doc: dict[str, Any], where: str) -> None:
+    blocks = doc["blocks"]
+    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
+        raise ValueError(f"{where}: field 'blocks' must be a non-empty list of objects")
+
+
+SELECTION_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "loso_auroc": (0.0, 1.0),
+    "overlap_weight": (0.0, 1.0),
+    "probe_weight": (0.0, 1.0),
+    "calibration_slope": (1e-6, None),  # a slope <= 0 would turn the detector's ranking upside down
+    "K": (1.0, None),
+    "k": (1.0, None),
+}
+"""Bounds of the ``selection`` fields that training writes; any other selection field is a finite number."""
+
+
+def _selection(doc: dict[str, Any], where: str) -> None:
+    selection = doc.get("selection", {})
+    if not isinstance(selection, dict):
+        raise ValueError(f"{where}: field 'selection' must be an object")
+    for key in selection:
+        lo, hi = SELECTION_RANGES.get(key, (None, None))
+        number(selection, key, where, lo=lo, hi=hi, field=f"selection.{key}")
+    for key in ("K", "k"):
+        if key in selection and float(selection[key]) != int(selection[key]):
+            raise ValueError(
+                f"{where}: field 'selection.{key}' must be a whole number, got {selection[key]!r}"
+            )
+    if {"overlap_weight", "probe_weight"} <= set(selection):
+        total = float(selection["overlap_weight"]) + float(selection["probe_weight"])
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(
+                f"{where}: fields 'selection.overlap_weight' and 'selection.probe_weight' must add up to 1, "
+                f"got {total!r}"
+            )
+
+
+DETECTOR_FIELDS: dict[str, FieldCheck] = {
+    "threshold": _required("threshold", _number("threshold", 0.0, 1.0)),
+    "intercept": _required("intercept", _number("intercept")),
+    "C": _required("C", _number("C", 0.0)),
+    "val_auroc": _required("val_auroc", _val_auroc),
+    "feature_set": _required("feature_set", _text("feature_set", nullable=False)),
+    "proxy": _required("proxy", _text("proxy", nullable=True)),
+    "layers": _required("layers", _layers("layers", optional=True)),
+    "hidden_layers": _required("hidden_layers", _layers("hidden_layers", optional=False)),
+    "blocks": _required("blocks", _blocks),
+    "selection": _selection,
+}
+"""The checks of a probe detector's ``detector.json``, one per field (in order). Another kind of detector
+checks its own document with `check_fields` and a table of its own (sharing these where its fields are
+the same)."""
+
+
+def check_fields(doc: Any, where: str, checks: Mapping[str, FieldCheck]) -> None:
+    """Run ``checks`` on the document ``doc`` read from ``where``.
+
+    Raises:
+        ValueError: naming ``where`` (the file) and the first field that fails.
+    """
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    for check in checks.values():
+        check(doc, where)
+
+
+def check_format(doc: Any, where: str, version: int = FORMAT_VERSION) -> None:
+    """The document is a JSON object of the detector format ``version``, or a ValueError naming ``where``."""
+    got = doc.get("format_version") if isinstance(doc, dict) else None
+    if got != version:
+        raise ValueError(
+            f"{where} has detector format version {got!r}; this halluprobe reads version {version}. "
+            "Retrain the detector with this version."
+        )
 
 
 def check_document(doc: Any, where: str) -> None:
-    """Types, ranges and finiteness of every field a verdict depends on.
+    """Every field a verdict depends on, then their agreement with each other.
+
+    Presence, types, ranges and finiteness of each field (`DETECTOR_FIELDS`) come first.
 
     Raises:
         ValueError: naming ``where`` (the file) and the field.
     """
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    number(doc, "threshold", where, lo=0.0, hi=1.0)
-    number(doc, "intercept", where)
-    number(doc, "C", where, lo=0.0)
-    if doc.get("val_auroc") is not None:  # null when validation had one class
-        number(doc, "val_auroc", where, lo=0.0, hi=1.0)
-    if not isinstance(doc.get("feature_set"), str) or not doc["feature_set"]:
-        raise ValueError(
-            f"{where}: field 'feature_set' must be a non-empty string, got {doc.get('feature_set')!r}"
-        )
-    if doc.get("proxy") is not None and not isinstance(doc["proxy"], str):
-        raise ValueError(f"{where}: field 'proxy' must be a string or null, got {doc['proxy']!r}")
-    _int_list(doc.get("layers"), "layers", where, optional=True)
-    _int_list(doc.get("hidden_layers"), "hidden_layers", where, optional=False)
-    blocks = doc.get("blocks")
-    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
-        raise ValueError(f"{where}: field 'blocks' must be a non-empty list of objects")
+    check_fields(doc, where, DETECTOR_FIELDS)
     _check_meaning(doc, where)
+
+
+def check_against_proxy(detector: Any, n_layers: int, n_heads: int) -> None:
+    """The layer and head indices of ``detector`` exist in a proxy of ``n_layers`` layers, ``n_heads`` heads.
+
+    Raises:
+        ValueError: naming the detector's file (or ``detector``) and the field out of range.
+    """
+    source = getattr(detector, "source", None)
+    where = "detector" if source is None else str(Path(source) / "detector.json")
+    layers = detector.layers
+    if layers is not None and (not layers or max(layers) >= n_layers):
+        raise ValueError(
+            f"{where}: field 'layers' is {list(layers)!r}; the proxy has layers 0-{n_layers - 1}"
+        )
+    hidden = list(getattr(detector, "hidden_layers_", None) or ())
+    if hidden and max(hidden) > n_layers:  # hidden state 0 is the embedding, n_layers the last layer
+        raise ValueError(
+            f"{where}: field 'hidden_layers' is {hidden!r}; the proxy has hidden states 0-{n_layers}"
+        )
+    scored = n_layers if layers is None else len(layers)
+    for i, block in enumerate(detector.probe_.blocks):
+        heads = block.config.get("heads", ()) if block.name == "A7" else ()
+        bad = [h for h in heads if not 0 <= int(h) < scored * n_heads]
+        if bad:
+            raise ValueError(
+                f"{where}: field 'blocks[{i}].heads' holds head {bad[0]}; the {scored} scored layers of the "
+                f"proxy have heads 0-{scored * n_heads - 1}"
+            )
 
 
 def _check_meaning(doc: dict[str, Any], where: str) -> None:
     """The fields agree with each other: blocks with the feature set, K and k with the blocks, H64's layer."""
-    from halluprobe.blocks._blocks import BLOCK_NAMES, parse_feature_set
+    from halluprobe.blocks._names import BLOCK_NAMES, parse_feature_set
 
     names = [b.get("name") for b in doc["blocks"]]
     for i, name in enumerate(names):
@@ -175,10 +321,6 @@ def _check_meaning(doc: dict[str, Any], where: str) -> None:
             f"'blocks' holds {names}"
         )
     selection = doc.get("selection", {})
-    if not isinstance(selection, dict):
-        raise ValueError(f"{where}: field 'selection' must be an object")
-    for key in selection:
-        number(selection, key, where, field=f"selection.{key}")
     by_name = dict(zip(names, doc["blocks"], strict=True))
     implied = {
         "K": len(by_name["A7"].get("heads", ())) if "A7" in by_name else None,
