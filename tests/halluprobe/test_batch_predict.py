@@ -3,6 +3,7 @@
 A tiny random Llama with a character tokenizer stands in for the proxy (real ``record_forward``).
 """
 
+import copy
 import json
 from dataclasses import replace
 
@@ -199,6 +200,31 @@ def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
     for extra, match in cases:
         assert main(["predict", str(tmp_path / "d"), *extra, "--device", "cpu"]) == 2
         assert match in capsys.readouterr().err
+
+
+def test_expected_f1_keeps_the_detector_s_labels_on_a_batch_it_calls_supported(
+    ext, detector, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    triples = TRIPLES * 4
+    probs = np.array([p.probability for p in detector.predict_batch(triples)])
+    strict = copy.deepcopy(detector)  # a detector that calls every one of these answers supported
+    strict.probe_ = replace(strict.probe_, threshold=float(probs.max()) + 0.01)
+    got = strict.predict_batch(triples, threshold="expected-f1")
+    assert all(p.label == 0 and p.threshold == strict.probe_.threshold and not p.spans for p in got)
+    strict.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    src.write_text(
+        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
+    )
+    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
+    assert main([*argv, "--threshold", "expected-f1"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d["label"] for d in docs] == [0] * 20
+    lenient = copy.deepcopy(detector)  # one that calls them all hallucinated: the batch rule may move it
+    lenient.probe_ = replace(lenient.probe_, threshold=float(probs.min()))
+    got = lenient.predict_batch(triples, threshold="expected-f1")
+    assert all(p.label == int(p.probability >= p.threshold) for p in got) and sum(p.label for p in got) >= 1
 
 
 @pytest.mark.parametrize(

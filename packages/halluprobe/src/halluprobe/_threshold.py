@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EXPECTED_F1", "MIN_BATCH_FOR_THRESHOLD", "check_threshold", "parse_threshold"]
+__all__ = ["EXPECTED_F1", "MIN_BATCH_FOR_THRESHOLD", "batch_threshold", "check_threshold", "parse_threshold"]
 
 EXPECTED_F1 = "expected-f1"
 """The batch threshold: the one maximising the batch's expected F1 (`halluprobe.expected_f1_threshold`)."""
@@ -52,3 +52,28 @@ def check_threshold(threshold: Any, n: int) -> None:
             f"threshold must be None (the detector's), a number in [0, 1] or '{EXPECTED_F1}', "
             f"got {threshold!r}"
         )
+
+
+def batch_threshold(probs: Any, default: float) -> float:
+    """The threshold that ``"expected-f1"`` labels a batch at.
+
+    `halluprobe.expected_f1_threshold` of the batch's probabilities, or ``default`` (the detector's own)
+    when the batch gives no evidence of a hallucination.
+
+    Expected F1 rewards flagging: when every answer is unlikely to be hallucinated, flagging them all
+    still has the best expected F1 (a small precision beats a zero recall), so a batch of answers the
+    detector calls supported would come back all hallucinated. The batch rule may move the threshold
+    only where the batch holds evidence of positives: at least one answer at or above ``default``.
+    With none, the batch's labels are the detector's (every answer supported).
+
+    Args:
+        probs: ``[n]`` calibrated probabilities of being hallucinated, ``n >= 1``.
+        default: The detector's threshold.
+    """
+    import numpy as np
+
+    from halluprobe.training._calibration import expected_f1_threshold
+
+    p = np.asarray(probs, dtype=np.float64)
+    t = expected_f1_threshold(p)
+    return float(default) if not (p >= default).any() else t

@@ -332,7 +332,9 @@ class Detector(ClassifierMixin, BaseEstimator):
                 detector's threshold; a number in [0, 1]; or ``"expected-f1"``, the threshold that
                 maximises the batch's expected F1 under its own probabilities, no label needed
                 ([`expected_f1_threshold`][halluprobe.expected_f1_threshold]; give it at least 20
-                answers of one source: it follows their base rate).
+                answers of one source: it follows their base rate). When no answer reaches the
+                detector's threshold, the batch shows no hallucination and the detector's threshold
+                labels it (expected F1 would flag every answer of such a batch).
 
         Raises:
             ValueError: a triple that is not three strings or has an empty answer, ``batch_size < 1``,

@@ -35,12 +35,12 @@ from halubench_data.metrics import evaluate, f1_at, select_threshold
 from halubench_data.schema import Example
 
 from halluprobe._fork import fork_map
+from halluprobe._threshold import batch_threshold
 from halluprobe.evaluation._folds import check_sources, held_out_folds
 from halluprobe.training._calibration import (
     CalibrationMethod,
     Calibrator,
     ThresholdRule,
-    expected_f1_threshold,
     reliability_curve,
     source_weights,
     transfer_threshold,
@@ -297,7 +297,7 @@ def _fold_rows(work: _FoldWork, i: int):
             res = evaluate(p_t, tgt.labels, tgt.groups, thr, n_bootstrap=work.n_bootstrap, seed=work.seed)
             best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
             ece = reliability_curve(p_t, tgt.labels).ece
-            batch_thr = expected_f1_threshold(p_t)  # the held-out source's own, from its probabilities alone
+            batch_thr = batch_threshold(p_t, thr)  # the held-out source's own, from its probabilities alone
             rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
                                     float(np.mean(p_t >= thr)), res.n, res.n_positive,
                                     batch_f1=f1_at(p_t, tgt.labels, batch_thr),
