@@ -23,6 +23,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 WORDS = [f"w{i}" for i in range(90)]
+ASTRAL = ["\U0001f600", "\U0001f600" * 2, "\U0001f600" * 4]
+"""Words outside the Basic Multilingual Plane (two UTF-16 units per emoji), for the page's offsets."""
 TEMPLATE = (
     "{% for m in messages %}{{ m.role }} : {{ m.content }} ; {% endfor %}"
     "{% if add_generation_prompt %}assistant : {% endif %}"
@@ -30,7 +32,7 @@ TEMPLATE = (
 
 
 def tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS])}
+    vocab = {w: i for i, w in enumerate(["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS, *ASTRAL])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
