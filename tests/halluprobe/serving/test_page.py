@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from .conftest import Browser  # noqa: TID252
+from .conftest import Browser, tiny_detector  # noqa: TID252
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -24,7 +24,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
     ],
     ids=["ascii", "astral"],
 )
-def test_page_scores_and_highlights_spans(detector, serve, tmp_path, answer):
+def test_page_scores_and_highlights_spans(serve, tmp_path, answer):
+    detector = tiny_detector(astral=True)
     context = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12"
     with serve(detector) as (url, _, _):
         want = detector.predict_text(context, "w3", answer)
