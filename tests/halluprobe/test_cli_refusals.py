@@ -230,3 +230,29 @@ def test_refusals_that_came_after_the_proxy_loaded_come_at_once(tmp_path):
     assert_refused(["train", "--feature-sets", "XYZ", "--out", str(tmp_path / "r")], "XYZ")
     env = {"HALLUPROBE_DETECTOR": str(tmp_path / "nonexistent")}
     assert_refused(["predict", "--context", "c", "--answer", "a"], "HALLUPROBE_DETECTOR=", env=env)
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--max-wait-ms", "inf"], "--max-wait-ms must be a finite number"),
+        (["--max-wait-ms", "nan"], "--max-wait-ms must be a finite number"),
+        (["--max-wait-ms", "60000"], "--max-wait-ms must be at most 10000"),
+        (["--header-timeout", "0"], "--header-timeout must be > 0"),
+        (["--host", ""], "--host '' is not an address"),
+        (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an address"),
+        (["--port", "70000"], "--port must be in 0..65535"),
+    ],
+)
+def test_serve_flags_are_refused_at_once(flags, match):
+    assert_refused(["serve", *flags], match)
+
+
+def test_serve_refuses_a_port_in_use_at_once():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_refused(["serve", "--port", str(port)], f"cannot listen on 127.0.0.1:{port}")

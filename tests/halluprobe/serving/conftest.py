@@ -91,11 +91,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running(app, port: int | None = None):
-    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; yields (base url, uvicorn.Server)."""
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread, as ``halluprobe serve`` configures it (its
+    timeouts and message bound); yields (base url, uvicorn.Server)."""
     import uvicorn
+    from halluprobe.serving.server import uvicorn_config
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn_config(app, app.state.config, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
