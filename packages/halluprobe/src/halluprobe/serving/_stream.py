@@ -10,7 +10,6 @@ then closes: 1008 for a bad message, 1009 for too many bytes, 1011 for a failure
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import WebSocket
 from pydantic import ValidationError
@@ -33,27 +32,47 @@ class _Gone(Exception):
     """The client closed the connection."""
 
 
-async def _read(ws: WebSocket, inbox: asyncio.Queue, config: ServeConfig) -> None:
-    """Put each text message on ``inbox`` until ``done``; put the refusal or `_Gone` that ends it."""
+class _Inbox:
+    """The messages read so far, and what ended the reading.
+
+    The end comes before the messages still waiting: a client that left, or broke a bound, gets no
+    more proxy work.
+    """
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.end: Exception | None = None
+
+    def stop(self, end: Exception) -> None:
+        self.end = end
+        self.queue.put_nowait(None)  # wakes a waiting `next`
+
+    async def next(self) -> str:
+        if self.end is None:
+            item = await self.queue.get()
+            if item is not None and self.end is None:
+                return item
+        assert self.end is not None
+        raise self.end
+
+
+async def _read(ws: WebSocket, inbox: _Inbox, config: ServeConfig) -> None:
+    """Put each text message in ``inbox`` until ``done``; stop it with the refusal or `_Gone` that ends it."""
     size = 0
     while True:
         try:
             message = await asyncio.wait_for(ws.receive(), config.stream_idle_s)
         except TimeoutError:
-            return inbox.put_nowait(
-                _Refusal(f"no message for {config.stream_idle_s:g} s; the stream is closed")
-            )
+            return inbox.stop(_Refusal(f"no message for {config.stream_idle_s:g} s; the stream is closed"))
         if message["type"] == "websocket.disconnect":
-            return inbox.put_nowait(_Gone())
+            return inbox.stop(_Gone())
         text = message.get("text")
         if text is None:
-            return inbox.put_nowait(_Refusal("binary frame: send JSON text messages"))
+            return inbox.stop(_Refusal("binary frame: send JSON text messages"))
         size += max(len(text.encode("utf-8", "surrogatepass")), MESSAGE_COST)
         if size > config.max_body_bytes:
-            return inbox.put_nowait(
-                _Refusal(f"the stream's messages are over {config.max_body_bytes} bytes", 1009)
-            )
-        inbox.put_nowait(text)
+            return inbox.stop(_Refusal(f"the stream's messages are over {config.max_body_bytes} bytes", 1009))
+        inbox.queue.put_nowait(text)
         if _is_done(text):
             return
 
@@ -65,13 +84,6 @@ def _is_done(text: str) -> bool:
         return False
 
 
-async def _next(inbox: asyncio.Queue) -> str:
-    item = await inbox.get()
-    if isinstance(item, Exception):
-        raise item
-    return item
-
-
 def _chunk(text: str) -> StreamChunk:
     try:
         return StreamChunk.model_validate_json(text)
@@ -81,7 +93,7 @@ def _chunk(text: str) -> StreamChunk:
 
 async def follow(ws: WebSocket, service: ScoringService, config: ServeConfig) -> None:
     """Run one accepted stream to its end (module doc); never raises for what the client sent."""
-    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    inbox = _Inbox()
     reader = asyncio.create_task(_read(ws, inbox, config))
     try:
         await _protocol(ws, service, inbox)
@@ -96,9 +108,9 @@ async def follow(ws: WebSocket, service: ScoringService, config: ServeConfig) ->
         reader.cancel()
 
 
-async def _protocol(ws: WebSocket, service: ScoringService, inbox: asyncio.Queue) -> None:
+async def _protocol(ws: WebSocket, service: ScoringService, inbox: _Inbox) -> None:
     try:
-        start = StreamStart.model_validate_json(await _next(inbox))
+        start = StreamStart.model_validate_json(await inbox.next())
     except ValidationError as exc:
         raise _Refusal("first message: " + one_line(exc.errors(), "{context, question?}")) from None
     try:
@@ -106,7 +118,7 @@ async def _protocol(ws: WebSocket, service: ScoringService, inbox: asyncio.Queue
     except ValueError as exc:  # a prompt longer than the proxy's positions
         raise _Refusal(str(exc).splitlines()[0]) from None
     while True:
-        chunk = _chunk(await _next(inbox))
+        chunk = _chunk(await inbox.next())
         try:
             if chunk.text and (update := await _run(service, follower.add, chunk.text)) is not None:
                 await ws.send_json(stream_event(update).model_dump(exclude_none=True))
