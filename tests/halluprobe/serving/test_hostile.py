@@ -251,6 +251,16 @@ def test_stream_messages_are_bounded_by_max_body_bytes(detector, serve):
     assert huge[1] == 1009
 
 
+def test_a_stream_outlives_the_header_deadline(detector, serve):
+    with serve(detector, header_timeout_s=1) as (url, _, _), _ws(url) as ws:
+        ws.send(json.dumps({"context": "w1 w2 w3"}))
+        time.sleep(2.5)  # past the deadline of an HTTP request's headers: the stream must not care
+        ws.send(json.dumps({"text": " w4"}))
+        ws.send(json.dumps({"done": True}))
+        events, code = _closed(ws)
+    assert code == 1000 and events[-1]["event"] == "done", events
+
+
 def test_a_stream_answers_pings_while_the_proxy_works(detector, serve, monkeypatch):
     from halluprobe.serving import ScoringService
 

@@ -81,6 +81,7 @@ def _protocol(header_timeout: float) -> type:
 
     class TimedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _upgraded = False  # a WebSocket owns the connection from then on: no HTTP deadline ever again
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -88,12 +89,13 @@ def _protocol(header_timeout: float) -> type:
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self._in_request():
+            if self._in_request() or self._upgraded:
                 self._disarm()
             elif self._header_timer is None and self.timeout_keep_alive_task is None:
                 self._arm()  # the next request has begun to arrive on a kept-alive connection
 
         def handle_websocket_upgrade(self, event) -> None:
+            self._upgraded = True
             self._disarm()
             super().handle_websocket_upgrade(event)
 
@@ -115,7 +117,7 @@ def _protocol(header_timeout: float) -> type:
 
         def _too_slow(self) -> None:
             self._header_timer = None
-            if self._in_request() or self.transport.is_closing():
+            if self._in_request() or self._upgraded or self.transport.is_closing():
                 return
             body = b'{"error":"the request headers did not arrive in time"}'
             self.transport.write(
