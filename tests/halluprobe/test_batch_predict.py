@@ -155,6 +155,18 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
     assert "p(hallucinated)" in out and "spans: " in out
 
 
+def _predict_file(detector, triples, tmp_path, capsys):
+    """``predict --input F --threshold expected-f1 --json`` of ``detector`` saved to ``tmp_path / "d"``."""
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    src.write_text(
+        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
+    )
+    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
+    assert main([*argv, "--threshold", "expected-f1"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()], src
+
+
 def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
     ext, detector, tmp_path, monkeypatch, capsys
 ):
@@ -178,14 +190,7 @@ def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
         with pytest.raises(ValueError, match="threshold must be None"):
             detector.predict_batch(triples[:2], threshold=bad)
     # the CLI: --threshold T or expected-f1 (with --input, enough answers)
-    detector.save(tmp_path / "d")
-    src = tmp_path / "answers.jsonl"
-    src.write_text(
-        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
-    )
-    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
-    assert main([*argv, "--threshold", "expected-f1"]) == 0
-    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    docs, src = _predict_file(detector, triples, tmp_path, capsys)
     assert all(d["threshold"] == pytest.approx(want["expected-f1"]) for d in docs)
     assert [d["label"] for d in docs] == [
         p.label for p in detector.predict_batch(triples, threshold="expected-f1")
@@ -212,14 +217,7 @@ def test_expected_f1_keeps_the_detector_s_labels_on_a_batch_it_calls_supported(
     strict.probe_ = replace(strict.probe_, threshold=float(probs.max()) + 0.01)
     got = strict.predict_batch(triples, threshold="expected-f1")
     assert all(p.label == 0 and p.threshold == strict.probe_.threshold and not p.spans for p in got)
-    strict.save(tmp_path / "d")
-    src = tmp_path / "answers.jsonl"
-    src.write_text(
-        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
-    )
-    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
-    assert main([*argv, "--threshold", "expected-f1"]) == 0
-    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    docs, _ = _predict_file(strict, triples, tmp_path, capsys)
     assert [d["label"] for d in docs] == [0] * 20
     lenient = copy.deepcopy(detector)  # one that calls them all hallucinated: the batch rule may move it
     lenient.probe_ = replace(lenient.probe_, threshold=float(probs.min()))
