@@ -159,7 +159,7 @@ def claim_outputs(
     appears, so a crash leaves no unlisted output) and refuses to replace a file it did not write.
 
     Args:
-        folder: the output folder (created when missing).
+        folder: the output folder (created by the first file written there, not here).
         remove_earlier: remove the files that the manifest lists.
         kept: top-level names never listed nor removed (resumable caches).
 
@@ -178,8 +178,7 @@ def claim_outputs(
                 removed.append(rel)
                 _remove_empty_parents(target.parent, root)
         (root / OUTPUTS_MANIFEST).unlink(missing_ok=True)
-    root.mkdir(parents=True, exist_ok=True)
-    with _LOCK:
+    with _LOCK:  # the folder is created by the first write: a command that fails first leaves none
         _CLAIMS.append(_Claim(root, frozenset(kept), frozenset(_files_under(root, frozenset(kept)))))
     return removed
 
@@ -206,6 +205,7 @@ def _remove_empty_parents(folder: Path, root: Path) -> None:
 
 def _append(root: Path, rels: list[str]) -> None:
     if rels:
+        root.mkdir(parents=True, exist_ok=True)
         with open(root / OUTPUTS_MANIFEST, "a", encoding="utf-8") as f:
             f.write("".join(f"{r}\n" for r in rels))
             f.flush()
