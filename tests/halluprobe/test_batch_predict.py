@@ -12,7 +12,7 @@ import pytest
 from halluprobe.cli import main
 from halluprobe.detectors import Detector
 from halluprobe.features import TokenExample, reduce_forward, token_features, token_offsets
-from halluprobe.localisation import fit_token_probe
+from halluprobe.localisation import decode_spans, fit_token_probe, whole_words
 from halluprobe.training import fit_blocks, make_blocks
 
 TRIPLES = [
@@ -60,8 +60,15 @@ def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
         flagged = {i for i, s in enumerate(got.token_scores) if s >= got.threshold}
         if not got.label:  # spans agree with the verdict: none on a supported answer
             assert got.spans == ()
-        elif flagged:
-            assert {i for sp in got.spans for i in range(sp.start, sp.end)} == flagged  # one char per token
+        elif flagged:  # one char per token: the flagged characters, widened to whole words
+            runs = decode_spans(
+                np.array([[i, i + 1] for i in range(len(a))]), got.token_scores, got.threshold, len(a)
+            )
+            assert [(sp.start, sp.end) for sp in got.spans] == [
+                (w.start, w.end) for w in whole_words(runs, a)
+            ]
+            covered = {i for sp in got.spans for i in range(sp.start, sp.end)}
+            assert {i for i in flagged if not a[i].isspace()} <= covered
             for sp in got.spans:  # the mean per-token probability of the span's tokens
                 assert sp.confidence == pytest.approx(float(np.mean(got.token_scores[sp.start : sp.end])))
     with pytest.raises(ValueError, match="item 1: the answer is empty"):
@@ -94,11 +101,12 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
     feats = token_features(fs1, 0, rec.answer_len)
-    want = probe.spans(
+    want = probe.spans(  # as decoded, then widened to whole words
         feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
     assert pred.label == 1 and want
-    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
+    widened = whole_words(want, TRIPLES[0][2])  # the reported spans cover whole words
+    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in widened]
     token_p = 1 / (1 + np.exp(-probe.decision_function(feats)))  # one character per token
     for sp in pred.spans:
         assert sp.confidence == pytest.approx(float(token_p[sp.start : sp.end].mean()))
@@ -393,7 +401,9 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     want = probe.spans(
         feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
-    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
+    assert [(sp.start, sp.end) for sp in pred.spans] == [
+        (w.start, w.end) for w in whole_words(want, TRIPLES[0][2])
+    ]
     # the probe refuses features of another view, naming the one it reads
     with pytest.raises(ValueError, match=r"reads \d+ features per token \(view 'mean\+hidden', window 0\)"):
         probe.decision_function(token_features(fs1, 0, rec.answer_len, "mean"))
