@@ -120,6 +120,7 @@ def test_wrong_status_and_shape_are_json_errors(detector, serve):
         assert set(r.json()) == {"error"} and words in r.json()["error"], (name, r.text)
 
 
+@pytest.mark.slow  # seconds of a client sending a byte a second
 def test_slow_clients_are_cut_off(detector, serve):
     with serve(detector, header_timeout_s=1, body_timeout_s=1) as (url, _, _):
         port = int(url.rsplit(":", 1)[1])
@@ -261,6 +262,7 @@ def test_a_stream_outlives_the_header_deadline(detector, serve):
     assert code == 1000 and events[-1]["event"] == "done", events
 
 
+@pytest.mark.slow  # a proxy kept busy for seconds
 def test_a_stream_answers_pings_while_the_proxy_works(detector, serve, monkeypatch):
     from halluprobe.serving import ScoringService
 
