@@ -16,6 +16,11 @@ rows of ``--dataset`` (a halubench-data spec; their token lengths are reported).
    a restarted server answers correctly.
 
     uv run python benchmarks/serve_load.py --requests 2000 --out benchmarks/results/serve_load
+
+``--abuse`` runs the bounded load-and-abuse test instead (`abuse`): it stops by itself within
+``--abuse-seconds`` (at most 300) and talks to 127.0.0.1 alone.
+
+    uv run python benchmarks/serve_load.py --abuse --out benchmarks/results/serve_abuse
 """
 
 from __future__ import annotations
@@ -71,13 +76,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int, max_batch: int, max_wait_ms: float) -> subprocess.Popen:
+def start_server(
+    port: int, max_batch: int, max_wait_ms: float, extra: tuple[str, ...] = ("--max-queue", "512"),
+    limit: float = 600,
+) -> subprocess.Popen:  # fmt: skip
     """``halluprobe serve`` (the packaged detector) on 127.0.0.1:port, once /healthz answers."""
-    cmd = [sys.executable, "-m", "halluprobe", "serve", "--port", str(port), "--device", "cpu",
-           "--max-wait-ms", str(max_wait_ms), "--max-batch", str(max_batch),
-           "--max-queue", "512"]  # fmt: skip
+    cmd = [sys.executable, "-m", "halluprobe", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--device", "cpu", "--max-wait-ms", str(max_wait_ms), "--max-batch", str(max_batch),
+           *extra]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
@@ -290,7 +298,18 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=3600, help="seconds of the served phase at most")
     ap.add_argument("--kill-requests", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/serve_load")
+    ap.add_argument("--abuse", action="store_true", help="the bounded load-and-abuse run instead")
+    ap.add_argument("--abuse-seconds", type=float, default=280, help="its budget (at most 300 s)")
     args = ap.parse_args()
+    if args.abuse:
+        sys.path.insert(0, str(Path(__file__).parent))  # _serve_abuse beside this script
+        servers: list[subprocess.Popen] = []
+        try:
+            return abuse(args, servers)
+        finally:
+            for proc in servers:  # whatever failed, no server is left running
+                if proc.poll() is None:
+                    proc.kill()
     import halluprobe
     from flashstats_hf.loading import cache_root
     from halluprobe.detectors._default import packaged_path
@@ -341,6 +360,138 @@ def main() -> None:
     results.update(kill_phase(args, rows, ref, on_disk, before))
     loads["end"] = loadavg()
     write_report(args, results, loads)
+
+
+ABUSE_LIMITS = {"max_queue": 16, "max_items": 8, "max_body_bytes": 65536, "max_streams": 4}
+"""Server limits of the abuse run: small, so that the hostile cases reach them (one stream slot more
+than the three hostile threads use at once)."""
+
+
+def abuse(args, server: list[subprocess.Popen]) -> None:
+    """The bounded load-and-abuse run: good clients whose answers must equal the offline ones, while
+    threads replay every hostile case (`_serve_abuse.cases`), then a long stream that must keep
+    answering pings, then SIGTERM. A watchdog ends everything at ``--abuse-seconds``; the server started
+    is appended to ``server``, for the caller to stop whatever happens."""
+    import halluprobe
+    from _serve_abuse import (
+        cases,
+        long_stream_keeps_answering_pings,
+        run_good,
+        run_hostile,
+        streams_over_the_limit,
+    )
+
+    budget = min(args.abuse_seconds, 300.0)
+    start = time.monotonic()
+
+    def watchdog() -> None:  # the run stops by itself, whatever hangs
+        time.sleep(max(0.0, budget - 5))
+        for proc in server:
+            proc.kill()
+        print(f"abuse run: {budget:g} s budget spent; stopped", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+
+    def say(what: str) -> None:
+        print(f"[{time.monotonic() - start:5.0f} s] {what}", file=sys.stderr, flush=True)
+
+    loads = {"start": loadavg()}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    limits = ABUSE_LIMITS
+    extra = ("--max-queue", str(limits["max_queue"]), "--max-items", str(limits["max_items"]),
+             "--max-body-bytes", str(limits["max_body_bytes"]), "--max-streams", str(limits["max_streams"]),
+             "--header-timeout", "3", "--body-timeout", "3", "--stream-idle-timeout", "3")  # fmt: skip
+    launcher = threading.Thread(
+        target=lambda: server.append(start_server(port, args.max_batch, args.max_wait_ms, extra, budget))
+    )
+    launcher.start()  # the server loads its proxy while the reference is computed here
+    det = halluprobe.load()
+    rows, tokens = short_rows(args.dataset, args.rows)
+    triples = [(r["context"], r["question"], r["answer"]) for r in rows]
+    ref = [{"probability": p.probability, "label": p.label} for p in det.predict_batch(triples, device="cpu")]
+    launcher.join()
+    ready = time.monotonic() - start
+    # the phases share what is left: load and abuse, the answers in flight, two stream checks, SIGTERM
+    end = start + budget - 10
+    until = time.monotonic() + max(30.0, 0.45 * (end - time.monotonic()))
+    drained = min(until + 45, end - 45)
+    named = cases(url, port, limits, rows[0])
+    hostile: dict = {}
+    keys = ("tries", "passes", "failures")
+    worker = threading.Thread(
+        target=lambda: hostile.update(zip(keys, run_hostile(named, until, drained), strict=True))
+    )
+    worker.start()
+    say(f"load and abuse until +{until - start:.0f} s")
+    good = run_good(url, rows, ref, until, args.clients, TOL, drained)
+    worker.join(max(0.0, drained - time.monotonic()))
+    busy, pings, how = "skipped (budget)", "skipped (budget)", ""
+    if end - time.monotonic() > 40:
+        say("streams over the limit")
+        busy = str(streams_over_the_limit(url, limits["max_streams"]))
+    if end - time.monotonic() > 30:
+        say("a long-context stream")
+        long_context = " ".join(r["context"] for r in rows)[:12000]  # some 2,500 tokens
+        ok, how = long_stream_keeps_answering_pings(url, long_context, rows[0]["answer"], end - 20)
+        pings = str(ok)
+    after = run_good(url, rows, ref, time.monotonic() + 1, 1, TOL, end - 10)  # still right after it all
+    say("SIGTERM")
+    server[0].send_signal(signal.SIGTERM)
+    try:
+        code: int | str = server[0].wait(max(1.0, end - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        code = "still draining at the budget (killed)"
+        server[0].kill()
+        server[0].wait(10)
+    loads["end"] = loadavg()
+    tries, passes = hostile.get("tries", {}), hostile.get("passes", {})
+    results: dict = {
+        "budget_s": budget, "server_ready_s": round(ready, 1), "distinct_rows": len(rows),
+        "row_tokens_min_median_max": f"{min(tokens)}/{int(np.median(tokens))}/{max(tokens)}",
+        **good,
+        "hostile_tries": sum(tries.values()), "hostile_as_documented": sum(passes.values()),
+        **{f"case: {k}": f"{passes[k]}/{n}" for k, n in sorted(tries.items())},
+        "case: a stream over --max-streams -> 1013": busy,
+        "case: a long-context stream answers pings": f"{pings} {how}".strip(),
+        "good_after_abuse": f"{after['good_correct']}/{after['good_requests']}",
+        "server_exit_after_sigterm": code, "total_s": round(time.monotonic() - start, 1),
+    }  # fmt: skip
+    results["failures"] = "; ".join(hostile.get("failures", [])) or "none"
+    write_abuse_report(args, results, loads)
+
+
+def write_abuse_report(args, results: dict, loads: dict[str, str]) -> None:
+    """The Markdown table and the long CSV of the abuse run."""
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.machine())  # fmt: skip
+    machine = f"{cpu}, {os.cpu_count()} cores"
+    versions = {p: metadata.version(p) for p in ("halluprobe", "torch", "fastapi", "uvicorn", "websockets")}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["date", "machine", "versions", "metric", "value"])
+        for k, v in [*results.items(), *((f"loadavg_{k}", v) for k, v in loads.items())]:
+            w.writerow([when, machine, json.dumps(versions), k, v])
+    command = "uv run python benchmarks/serve_load.py " + " ".join(sys.argv[1:])
+    lines = [
+        "# halluprobe serve under load and abuse (CPU, loopback)", "",
+        f"{when}; {machine}, shared with other jobs; {versions}.", "",
+        f"Command: `{command}`", "",
+        f"The packaged detector on the {args.rows} shortest rows of `{args.dataset}`; {args.clients} good "
+        f"clients send single answers, which must equal the offline `predict_batch` answers (503 is "
+        f"retried after Retry-After), while three threads replay every hostile case. Server limits: "
+        f"{ABUSE_LIMITS}, 3 s header, body and stream-idle timeouts, `--max-batch {args.max_batch} "
+        f"--max-wait-ms {args.max_wait_ms:g}`. A case passes when the server answers as documented "
+        "(status and `{\"error\"}`, or close code and `error` event).", "",
+        "| metric | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in results.items()), "",
+        "Load averages (1, 5, 15 min): " + "; ".join(f"{k} {v}" for k, v in loads.items()) + ".",
+    ]  # fmt: skip
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 A tiny random Llama with a character tokenizer stands in for the proxy (real ``record_forward``).
 """
 
+import copy
 import json
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ import pytest
 from halluprobe.cli import main
 from halluprobe.detectors import Detector
 from halluprobe.features import TokenExample, reduce_forward, token_features, token_offsets
-from halluprobe.localisation import fit_token_probe
+from halluprobe.localisation import decode_spans, fit_token_probe, whole_words
 from halluprobe.training import fit_blocks, make_blocks
 
 TRIPLES = [
@@ -59,8 +60,15 @@ def test_predict_batch_matches_single_predictions(ext, detector, monkeypatch):
         flagged = {i for i, s in enumerate(got.token_scores) if s >= got.threshold}
         if not got.label:  # spans agree with the verdict: none on a supported answer
             assert got.spans == ()
-        elif flagged:
-            assert {i for sp in got.spans for i in range(sp.start, sp.end)} == flagged  # one char per token
+        elif flagged:  # one char per token: the flagged characters, widened to whole words
+            runs = decode_spans(
+                np.array([[i, i + 1] for i in range(len(a))]), got.token_scores, got.threshold, len(a)
+            )
+            assert [(sp.start, sp.end) for sp in got.spans] == [
+                (w.start, w.end) for w in whole_words(runs, a)
+            ]
+            covered = {i for sp in got.spans for i in range(sp.start, sp.end)}
+            assert {i for i in flagged if not a[i].isspace()} <= covered
             for sp in got.spans:  # the mean per-token probability of the span's tokens
                 assert sp.confidence == pytest.approx(float(np.mean(got.token_scores[sp.start : sp.end])))
     with pytest.raises(ValueError, match="item 1: the answer is empty"):
@@ -93,11 +101,12 @@ def test_saved_token_probe_gives_the_spans(ext, detector, tmp_path, monkeypatch)
     (pred,) = loaded.predict_batch([TRIPLES[0]])
     _, (enc,), fs1, (rec,) = _examples(ext, [TRIPLES[0]])
     feats = token_features(fs1, 0, rec.answer_len)
-    want = probe.spans(
+    want = probe.spans(  # as decoded, then widened to whole words
         feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
     assert pred.label == 1 and want
-    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
+    widened = whole_words(want, TRIPLES[0][2])  # the reported spans cover whole words
+    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in widened]
     token_p = 1 / (1 + np.exp(-probe.decision_function(feats)))  # one character per token
     for sp in pred.spans:
         assert sp.confidence == pytest.approx(float(token_p[sp.start : sp.end].mean()))
@@ -154,6 +163,18 @@ def test_cli_predict_input_json_lines(ext, detector, tmp_path, monkeypatch, caps
     assert "p(hallucinated)" in out and "spans: " in out
 
 
+def _predict_file(detector, triples, tmp_path, capsys):
+    """``predict --input F --threshold expected-f1 --json`` of ``detector`` saved to ``tmp_path / "d"``."""
+    detector.save(tmp_path / "d")
+    src = tmp_path / "answers.jsonl"
+    src.write_text(
+        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
+    )
+    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
+    assert main([*argv, "--threshold", "expected-f1"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()], src
+
+
 def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
     ext, detector, tmp_path, monkeypatch, capsys
 ):
@@ -177,14 +198,7 @@ def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
         with pytest.raises(ValueError, match="threshold must be None"):
             detector.predict_batch(triples[:2], threshold=bad)
     # the CLI: --threshold T or expected-f1 (with --input, enough answers)
-    detector.save(tmp_path / "d")
-    src = tmp_path / "answers.jsonl"
-    src.write_text(
-        "".join(json.dumps({"context": c, "question": q, "answer": a}) + "\n" for c, q, a in triples)
-    )
-    argv = ["predict", str(tmp_path / "d"), "--input", str(src), "--json", "--device", "cpu"]
-    assert main([*argv, "--threshold", "expected-f1"]) == 0
-    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    docs, src = _predict_file(detector, triples, tmp_path, capsys)
     assert all(d["threshold"] == pytest.approx(want["expected-f1"]) for d in docs)
     assert [d["label"] for d in docs] == [
         p.label for p in detector.predict_batch(triples, threshold="expected-f1")
@@ -199,6 +213,24 @@ def test_predict_batch_labels_at_a_given_or_expected_f1_threshold(
     for extra, match in cases:
         assert main(["predict", str(tmp_path / "d"), *extra, "--device", "cpu"]) == 2
         assert match in capsys.readouterr().err
+
+
+def test_expected_f1_keeps_the_detector_s_labels_on_a_batch_it_calls_supported(
+    ext, detector, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(Detector, "extractor", lambda self, device=None: ext)
+    triples = TRIPLES * 4
+    probs = np.array([p.probability for p in detector.predict_batch(triples)])
+    strict = copy.deepcopy(detector)  # a detector that calls every one of these answers supported
+    strict.probe_ = replace(strict.probe_, threshold=float(probs.max()) + 0.01)
+    got = strict.predict_batch(triples, threshold="expected-f1")
+    assert all(p.label == 0 and p.threshold == strict.probe_.threshold and not p.spans for p in got)
+    docs, _ = _predict_file(strict, triples, tmp_path, capsys)
+    assert [d["label"] for d in docs] == [0] * 20
+    lenient = copy.deepcopy(detector)  # one that calls them all hallucinated: the batch rule may move it
+    lenient.probe_ = replace(lenient.probe_, threshold=float(probs.min()))
+    got = lenient.predict_batch(triples, threshold="expected-f1")
+    assert all(p.label == int(p.probability >= p.threshold) for p in got) and sum(p.label for p in got) >= 1
 
 
 @pytest.mark.parametrize(
@@ -369,7 +401,9 @@ def test_token_probe_on_the_hidden_view_is_saved_and_predicts_its_spans(ext, det
     want = probe.spans(
         feats, token_offsets(ext.tokenizer, TRIPLES[0][2], enc[0][enc[1] :]), len(TRIPLES[0][2])
     )
-    assert [(sp.start, sp.end) for sp in pred.spans] == [(sp.start, sp.end) for sp in want]
+    assert [(sp.start, sp.end) for sp in pred.spans] == [
+        (w.start, w.end) for w in whole_words(want, TRIPLES[0][2])
+    ]
     # the probe refuses features of another view, naming the one it reads
     with pytest.raises(ValueError, match=r"reads \d+ features per token \(view 'mean\+hidden', window 0\)"):
         probe.decision_function(token_features(fs1, 0, rec.answer_len, "mean"))
@@ -431,7 +465,8 @@ def test_cli_predict_input_scores_the_rows_that_fit_and_names_the_long_one(
         main(["predict", str(tmp_path / "d"), "--context", "x" * 400, "--answer", "y", "--device", "cpu"])
         == 2
     )
-    assert "--context and --answer: example" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "example '--context/--question/--answer' has" in err and "None" not in err
 
 
 def test_batched_host_work_equals_example_by_example(ext, detector):

@@ -197,3 +197,20 @@ def test_cli_train_limit_12_prints_the_warning_on_one_line(char_proxy, tmp_path,
     assert lines and all(line.startswith("halluprobe train: warning: ") for line in lines)
     assert any("fewer than 10 examples of a class" in line for line in lines)
     assert len(lines) == len(set(lines))
+
+
+def test_batch_threshold_never_turns_a_batch_called_supported_into_hallucinated():
+    from halluprobe.training._thresholds import batch_threshold
+
+    supported = np.full(20, 0.078)  # every answer clearly supported at the detector's 0.26
+    assert expected_f1_threshold(supported) == pytest.approx(0.078)  # the F1 rule alone flags all 20
+    t = batch_threshold(supported, 0.26)
+    assert t == 0.26 and not (supported >= t).any()
+    rng = np.random.default_rng(0)
+    varied = rng.uniform(0.01, 0.2, 50)  # all below the detector's threshold, spread out
+    assert batch_threshold(varied, 0.26) == 0.26
+    hallucinated = rng.uniform(0.7, 0.95, 20)
+    t = batch_threshold(hallucinated, 0.26)
+    assert t == expected_f1_threshold(hallucinated) and (hallucinated >= t).all()
+    mixed = np.concatenate([supported, [0.9]])  # evidence of one hallucination: the batch rule applies
+    assert batch_threshold(mixed, 0.26) == expected_f1_threshold(mixed) == 0.9

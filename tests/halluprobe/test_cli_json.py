@@ -60,3 +60,22 @@ def test_human_output_is_unchanged_without_json(char_proxy, tmp_path, capsys):
     out = capsys.readouterr()
     assert "| A7 |" in out.out and f"report: {tmp_path / 'report.md'}" in out.out
     assert "ranking induction heads" in out.err and "ranking" not in out.out
+
+
+def test_train_overwrite_removes_only_what_a_train_wrote(char_proxy, tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--limit", "8", "--device", "cpu", "--out", str(run), "--feature-sets", "A7",
+            "--no-published"]  # fmt: skip
+    assert main(argv) == 0
+    (run / "mynotes.txt").write_text("my notes")
+    (run / "detectors" / "mine").mkdir()
+    (run / "detectors" / "mine" / "keep.txt").write_text("my detector notes")
+    capsys.readouterr()
+    assert main(argv) == 2  # refused: names the earlier outputs apart from the user's files
+    err = capsys.readouterr().err
+    assert "the outputs of an earlier run (" in err and "files that no run of these tools wrote" in err
+    assert "detectors/mine/keep.txt, mynotes.txt; --overwrite keeps them" in err
+    assert main([*argv, "--overwrite"]) == 0
+    assert (run / "mynotes.txt").read_text() == "my notes"
+    assert (run / "detectors" / "mine" / "keep.txt").read_text() == "my detector notes"
+    assert (run / "report.md").is_file() and (run / "detectors" / "A7" / "detector.json").is_file()

@@ -113,14 +113,18 @@ def test_bad_flags_and_special_files_are_refused_by_name(tmp_path, argv, match):
 def test_train_refuses_a_folder_of_an_earlier_run_and_overwrite_clears_it(tmp_path):
     run = tmp_path / "run"
     (run / "detectors" / "A7").mkdir(parents=True)
+    (run / "detectors" / "A7" / "probe.json").write_text("{}")
+    (run / ".outputs").write_text("detectors/A7/probe.json\n")
     (run / "cache").mkdir()
     assert_refused(
-        ["train", "--out", str(run)], f"--out {run} holds the outputs of an earlier run (detectors)"
+        ["train", "--out", str(run)],
+        f"--out {run} holds the outputs of an earlier run (detectors/A7/probe.json)",
     )
-    from halubench_data.clikit import check_out_dir, clear_out_dir
+    from halubench_data.clikit import check_out_dir, claim_out_dir, release_outputs
 
     check_out_dir(run, overwrite=True)
-    clear_out_dir(run)
+    claim_out_dir(run, overwrite=True)
+    release_outputs()
     assert [p.name for p in run.iterdir()] == ["cache"]  # the feature cache is kept
 
 
@@ -192,7 +196,77 @@ def test_a_nan_judge_cache_entry_names_the_file_and_line(tmp_path):
 
 
 def test_a_detector_whose_hub_proxy_is_not_cached_fails_at_once_when_offline(detector_dir, tmp_path):
-    (detector_dir / "detector.json").write_text(json.dumps({"proxy": "someorg/missing-model"}))
+    from halluprobe.detectors._default import packaged_path
+
+    doc = json.loads((packaged_path() / "detector.json").read_text())  # every field valid
+    (detector_dir / "detector.json").write_text(json.dumps({**doc, "proxy": "someorg/missing-model"}))
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     argv = ["predict", str(detector_dir), "--context", "c", "--answer", "a"]
     assert_refused(argv, "the proxy of detector", env=env)
+
+
+def _sources(tmp_path, **changes):
+    """Two JSONL sources 'a' and 'b' (train, validation and test, both labels), ``changes`` applied to 'b'."""
+    from halubench_data import Dataset, Example
+
+    files = []
+    for name in "ab":
+        rows = [
+            Example(f"{name}{i}", name, "Ada lives in Lyon.", "Where?", "In Lyon." if i % 2 else "In Rome.",
+                    i % 2, f"{name}g{i}", ("train", "validation", "test")[i % 3])
+            for i in range(12)
+        ]  # fmt: skip
+        if name == "b":
+            rows = [replace(e, **{k: v(e) for k, v in changes.items()}) for e in rows]
+        files += ["--dataset", str(write_jsonl(Dataset(tuple(rows), name=name), tmp_path / f"{name}.jsonl"))]
+    return files
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"source": lambda e: "a", "id": lambda e: "x" + e.id, "group": lambda e: "x" + e.group},
+         "leave-one-source-out needs at least two sources"),
+        ({"label": lambda e: 1}, "the pooled training split of the other sources has only label 1"),
+        ({"split": lambda e: "train"}, "the pooled validation split of the other sources has no examples"),
+    ],
+    ids=["one-source", "one-label", "no-validation"],
+)  # fmt: skip
+def test_transfer_refuses_sources_that_cannot_fold_before_any_extraction(tmp_path, changes, match):
+    out = tmp_path / "run"
+    assert_refused(["transfer", *_sources(tmp_path, **changes), "--out", str(out), "--device", "cpu"], match)
+    assert not out.exists()  # no OUT/cache left behind
+
+
+def test_refusals_that_came_after_the_proxy_loaded_come_at_once(tmp_path):
+    assert_refused(["serve", str(tmp_path / "nonexistent")], "does not exist")
+    assert_refused(["serve", "/etc"], "/etc/detector.json is missing")
+    assert_refused(["train", "--feature-sets", "XYZ", "--out", str(tmp_path / "r")], "XYZ")
+    env = {"HALLUPROBE_DETECTOR": str(tmp_path / "nonexistent")}
+    assert_refused(["predict", "--context", "c", "--answer", "a"], "HALLUPROBE_DETECTOR=", env=env)
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--max-wait-ms", "inf"], "--max-wait-ms must be a finite number"),
+        (["--max-wait-ms", "nan"], "--max-wait-ms must be a finite number"),
+        (["--max-wait-ms", "60000"], "--max-wait-ms must be at most 10000"),
+        (["--header-timeout", "0"], "--header-timeout must be > 0"),
+        (["--host", ""], "--host '' is not an address"),
+        (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an address"),
+        (["--port", "70000"], "--port must be in 0..65535"),
+    ],
+)
+def test_serve_flags_are_refused_at_once(flags, match):
+    assert_refused(["serve", *flags], match)
+
+
+def test_serve_refuses_a_port_in_use_at_once():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_refused(["serve", "--port", str(port)], f"cannot listen on 127.0.0.1:{port}")

@@ -280,3 +280,71 @@ def test_arrays_that_disagree_with_the_configs_are_named(det, doc_change, tensor
     with pytest.raises(ValueError, match=message) as err:
         Detector.load(path)
     assert str(path / "detector.safetensors") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.pop("val_auroc"), "field 'val_auroc' is missing"),
+        (lambda d: d.pop("proxy"), "field 'proxy' is missing"),
+        (lambda d: d.pop("layers"), "field 'layers' is missing"),
+        (lambda d: d.update(layers=[]), "field 'layers' must name at least one layer"),
+        (lambda d: d.update(layers=[0, 0]), "field 'layers' names a layer twice"),
+        (lambda d: d.update(selection={"loso_auroc": 5}), r"'selection.loso_auroc' must lie in \[0.0, 1.0\]"),
+        (lambda d: d.update(selection={"calibration_slope": -5}), "'selection.calibration_slope' must lie"),
+        (
+            lambda d: d.update(selection={"overlap_weight": 7, "probe_weight": -6}),
+            r"'selection.overlap_weight' must lie in \[0.0, 1.0\]",
+        ),
+        (
+            lambda d: d.update(selection={"overlap_weight": 0.7, "probe_weight": 0.7}),
+            "must add up to 1",
+        ),
+        (lambda d: d.update(selection={"K": 1.5}), "'selection.K' must be a whole number"),
+    ],
+    ids=["no-val_auroc", "no-proxy", "no-layers", "layers-empty", "layers-twice", "loso_auroc",
+         "slope", "weights-range", "weights-sum", "K-fraction"],
+)  # fmt: skip
+def test_resealed_missing_and_out_of_range_fields_are_named_by_the_cli_before_torch(det, change, message):
+    from .test_cli_refusals import assert_refused  # noqa: TID252
+
+    path, _ = det
+    _edit(path, doc_change=change)
+    with pytest.raises(ValueError, match=message) as err:
+        Detector.load(path)
+    assert str(path / "detector.json") in str(err.value)
+    assert_refused(["predict", str(path), "--context", "c", "--answer", "a"], message.replace("\\", ""))
+
+
+def test_a_threshold_too_large_for_a_float_is_named_at_once(det):
+    from .test_cli_refusals import assert_refused  # noqa: TID252
+
+    path, _ = det
+    text = (path / "detector.json").read_text()
+    doc = json.loads(text)
+    (path / "detector.json").write_text(
+        text.replace(f'"threshold": {json.dumps(doc["threshold"])}', '"threshold": 1e999')
+    )
+    with pytest.raises(
+        ValueError, match=r"detector.json is not a valid detector file: it holds the number 1e999"
+    ):
+        Detector.load(path)
+    assert_refused(["serve", str(path)], f"{path / 'detector.json'} is not a valid detector file")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_block("A7", lambda b: b.update(heads=[0, 10**9])), r"'blocks\[0\].heads' holds head 1000000000"),
+        (lambda d: d.update(layers=[0, 99]), r"field 'layers' is \[0, 99\]; the proxy has layers 0-1"),
+        (lambda d: d.update(hidden_layers=[99]), r"'hidden_layers' is \[99\]; the proxy has hidden states"),
+    ],
+    ids=["head-1e9", "layer-99", "hidden-99"],
+)  # fmt: skip
+def test_indices_beyond_the_proxy_are_named_when_it_loads_not_when_scoring(det, change, message, char_proxy):
+    path, _ = det
+    _edit(path, doc_change=change)
+    loaded = Detector.load(path)  # the proxy's size (2 layers of 4 heads here) is known once it loads
+    with pytest.raises(ValueError, match=message) as err:
+        loaded.extractor("cpu")
+    assert str(path / "detector.json") in str(err.value)

@@ -80,3 +80,42 @@ def test_best_by_validation_keeps_the_first_of_ties():
     assert best_by_validation(sorted(scores), lambda c: (scores[c], c), tol=1e-12)[0] == 1.0
     with pytest.raises(ValueError, match="at least one candidate"):
         best_by_validation([], lambda c: (0.0, c))
+
+
+def test_overwrite_removes_only_the_files_a_run_listed(tmp_path):
+    from halubench_data.files import OUTPUTS_MANIFEST, claim_outputs, listed_outputs, release_outputs
+
+    out = tmp_path / "run"
+    (out / "detectors" / "mine").mkdir(parents=True)
+    (out / "mynotes.txt").write_text("mine")
+    (out / "detectors" / "mine" / "keep.txt").write_text("mine too")
+    try:
+        assert claim_outputs(out, remove_earlier=False, kept=frozenset({"cache"})) == []
+        atomic_write_text(out / "report.md", "run 1", overwrite=True)
+        atomic_write_bytes(out / "detectors" / "A7" / "detector.json", b"{}")
+        atomic_write_text(out / "cache" / "x.npz", "cached", overwrite=True)  # a cache: never listed
+        (out / "plot.png").write_bytes(b"png")  # written without the atomic writer: listed at release
+        with pytest.raises(FileExistsError, match="no run of these tools wrote it"):
+            atomic_write_text(out / "mynotes.txt", "clobbered", overwrite=True)
+    finally:
+        release_outputs()
+    listed = {"report.md", "detectors/A7/detector.json", "plot.png"}
+    assert listed_outputs(out) == listed and (out / OUTPUTS_MANIFEST).is_file()
+    removed = claim_outputs(out, remove_earlier=True, kept=frozenset({"cache"}))
+    release_outputs()
+    assert sorted(removed) == sorted(listed)
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert left == ["cache/x.npz", "detectors/mine/keep.txt", "mynotes.txt"]
+    assert (out / "mynotes.txt").read_text() == "mine" and not (out / "detectors" / "A7").exists()
+
+
+def test_a_listed_path_outside_the_folder_is_never_removed(tmp_path):
+    from halubench_data.files import OUTPUTS_MANIFEST, claim_outputs, release_outputs
+
+    out, outside = tmp_path / "run", tmp_path / "precious.txt"
+    out.mkdir()
+    outside.write_text("keep")
+    (out / OUTPUTS_MANIFEST).write_text(f"../precious.txt\n{outside}\n")  # a tampered manifest
+    assert claim_outputs(out, remove_earlier=True) == []
+    release_outputs()
+    assert outside.read_text() == "keep"

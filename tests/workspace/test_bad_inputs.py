@@ -80,7 +80,7 @@ CASES = [
     (D, ["baselines", "--dataset", "{oneclass}", "--n-bootstrap", "0"], "--n-bootstrap"),
     (D, ["build", "--dataset", "default", "--out", "{out}", "--n-contexts", "0"], "--n-contexts"),
     (D, ["build", "--dataset", "default", "--out", "{file}"], "--out"),
-    (D, ["build", "--dataset", "default", "--out", "."], "--out . holds the outputs of an earlier run"),
+    (D, ["build", "--dataset", "default", "--out", "."], "--out . holds "),
     (D, ["build", "--dataset", "wice", "--out", "{out}"], "NAME:PATH"),
     (D, ["build", "--dataset", "wice:{out}/none", "--out", "{out}"], "does not exist"),
     (

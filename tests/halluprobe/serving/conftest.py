@@ -23,14 +23,19 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 WORDS = [f"w{i}" for i in range(90)]
+ASTRAL = ["\U0001f600", "\U0001f600" * 2, "\U0001f600" * 4]
+"""Words outside the Basic Multilingual Plane (two UTF-16 units per emoji), for the page's offsets."""
 TEMPLATE = (
     "{% for m in messages %}{{ m.role }} : {{ m.content }} ; {% endfor %}"
     "{% if add_generation_prompt %}assistant : {% endif %}"
 )
 
 
-def tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS])}
+def tokenizer(astral: bool = False) -> PreTrainedTokenizerFast:
+    """The word-level tokenizer of the tiny proxy; ``astral`` adds the `ASTRAL` words (ids the model never
+    generates otherwise decode to nothing, which the streaming tests rely on)."""
+    words = ["[UNK]", "user", "assistant", ":", ";", "</s>", *WORDS, *(ASTRAL if astral else ())]
+    vocab = {w: i for i, w in enumerate(words)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
@@ -60,10 +65,10 @@ def tiny_model(layers: int = 3, max_positions: int = 256) -> LlamaForCausalLM:
 
 
 def tiny_detector(
-    feature_set: str = "A7L9", *, heads=(0, 5), layers: int = 3, hidden_layers=None
+    feature_set: str = "A7L9", *, heads=(0, 5), layers: int = 3, hidden_layers=None, astral: bool = False
 ) -> Detector:
     """A detector of ``feature_set`` fitted on 40 random examples of the tiny proxy (bound to it)."""
-    ext = ProxyExtractor(tiny_model(layers), tokenizer(), hidden_layers=hidden_layers)
+    ext = ProxyExtractor(tiny_model(layers), tokenizer(astral), hidden_layers=hidden_layers)
     rng = np.random.default_rng(0)
     encoded = [ext.encode(Ex(f"e{i}", text(rng, 12), text(rng, 3), text(rng, 5))) for i in range(40)]
     recs = []
@@ -86,11 +91,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running(app, port: int | None = None):
-    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; yields (base url, uvicorn.Server)."""
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread, as ``halluprobe serve`` configures it (its
+    timeouts and message bound); yields (base url, uvicorn.Server)."""
     import uvicorn
+    from halluprobe.serving.server import uvicorn_config
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn_config(app, app.state.config, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -8,19 +8,30 @@ import shutil
 
 import pytest
 
-from .conftest import Browser  # noqa: TID252
+from .conftest import Browser, tiny_detector  # noqa: TID252
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_page_scores_and_highlights_spans(detector, serve, tmp_path):
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "w1 w40 w41 w42 w43 w2 w44 w45",
+        # emoji are two UTF-16 units each: the page must slice the server's code-point offsets as such
+        "w1 \U0001f600 w40 w41 \U0001f600\U0001f600 w42 w43 w2 w44 w45",
+    ],
+    ids=["ascii", "astral"],
+)
+def test_page_scores_and_highlights_spans(serve, tmp_path, answer):
+    detector = tiny_detector(astral=True)
     context = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12"
-    answer = "w1 w40 w41 w42 w43 w2 w44 w45"
     with serve(detector) as (url, _, _):
         want = detector.predict_text(context, "w3", answer)
         assert want.spans  # the page has something to highlight
+        if not answer.isascii():  # a span starts after an emoji, where code points and UTF-16 differ
+            assert any(not answer[: s.start].isascii() for s in want.spans)
         browser = Browser(CHROMIUM, tmp_path / "profile")
         try:
             browser.call("Page.enable")
@@ -43,7 +54,7 @@ def test_page_scores_and_highlights_spans(detector, serve, tmp_path):
             png = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
         finally:
             browser.close()
-    (tmp_path / "serve.png").write_bytes(png)
+    (tmp_path / "serve.png").write_bytes(png)  # pytest keeps the last runs' tmp_path: look at it
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert shown["p"] == pytest.approx(want.probability, abs=1e-5)
     assert ("hallucinated" if want.label else "supported") in shown["verdict"]

@@ -189,8 +189,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         folder = clikit.check_out_dir(args.out, overwrite=args.overwrite)
         target = folder / BUILT_FILE
     ds = _build(args)  # a folder, or its folder, was checked before the (possibly long) build
-    if target.name == BUILT_FILE and args.overwrite:
-        clikit.clear_out_dir(target.parent)
+    if target.name == BUILT_FILE:
+        clikit.claim_out_dir(target.parent, overwrite=args.overwrite)
     write_jsonl(ds, target, overwrite=args.overwrite)
     rep = ds.report
     report = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -176,11 +175,13 @@ def check_out_dir(
 ) -> Path:
     """``path`` as an output folder that exists or can be created and is writable, or `UsageError`.
 
-    With ``overwrite`` given (``False`` or ``True``), the folder's previous outputs are checked too: a
-    folder that holds anything besides its caches (`CACHE_NAMES`) is refused unless ``overwrite``;
-    `clear_out_dir` then removes them. Writability is tried (a temporary folder is created and
-    removed), so ``/proc/x`` or a read-only mount fails here, not after the work. Nothing else is
-    created: a command that fails later leaves no empty folder behind.
+    With ``overwrite`` given (``False`` or ``True``), the folder's contents are checked too: without
+    ``overwrite``, a folder that holds anything besides its caches (`CACHE_NAMES`) is refused, naming
+    the outputs of earlier runs (the files its manifest lists, `halubench_data.files.OUTPUTS_MANIFEST`)
+    apart from the files no run wrote. `claim_out_dir` then removes the earlier outputs and nothing
+    else. Writability is tried (a temporary folder is created and removed), so ``/proc/x`` or a
+    read-only mount fails here, not after the work. Nothing else is created: a command that fails
+    later leaves no empty folder behind.
     """
     if not str(path).strip():
         raise UsageError(f"{flag} is empty; expected a folder")
@@ -189,30 +190,52 @@ def check_out_dir(
         raise UsageError(f"{flag} {path} is a file; expected a folder")
     _check_creatable(path, path, flag)
     if overwrite is False and stale_outputs(path):
+        ours, others = _outputs_and_others(path)
+        parts = []
+        if ours:
+            parts.append(f"the outputs of an earlier run ({_few(ours)})")
+        if others:
+            parts.append(f"files that no run of these tools wrote ({_few(others)}; --overwrite keeps them)")
         raise UsageError(
-            f"{flag} {path} holds the outputs of an earlier run ({', '.join(stale_outputs(path)[:3])}); "
-            "pass --overwrite to replace them, or choose another folder"
+            f"{flag} {path} holds {' and '.join(parts)}; pass --overwrite to replace the outputs of earlier "
+            "runs, or choose another folder"
         )
     return path
 
 
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _outputs_and_others(path: Path) -> tuple[list[str], list[str]]:
+    """Files under ``path`` that earlier runs listed, and the others (caches aside; sorted)."""
+    from halubench_data.files import _files_under, listed_outputs
+
+    files = _files_under(path, CACHE_NAMES)
+    listed = listed_outputs(path)
+    return sorted(files & listed), sorted(files - listed)
+
+
 def stale_outputs(path: Path) -> list[str]:
-    """Names in the output folder ``path`` other than its caches (sorted; empty when none or no folder)."""
-    return sorted(p.name for p in path.iterdir() if p.name not in CACHE_NAMES) if path.is_dir() else []
+    """Names in the output folder ``path`` other than its caches and manifest (sorted; empty when none)."""
+    from halubench_data.files import OUTPUTS_MANIFEST
+
+    skip = CACHE_NAMES | {OUTPUTS_MANIFEST}
+    return sorted(p.name for p in path.iterdir() if p.name not in skip) if path.is_dir() else []
 
 
-def clear_out_dir(path: str | os.PathLike[str]) -> None:
-    """Remove an output folder's previous outputs (``--overwrite``), keeping its caches (`CACHE_NAMES`).
+def claim_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> list[str]:
+    """Start a command's writes to its output folder, after its arguments are checked.
 
-    Called once the command's arguments are checked, so old and new outputs are never mixed.
+    With ``overwrite``, the files that earlier runs wrote (listed in the folder's manifest) are
+    removed, caches (`CACHE_NAMES`) and files that no run wrote are kept. Every file the command
+    then writes through `halubench_data.files.atomic_path` is listed in the manifest, so the next
+    ``--overwrite`` removes it; `run` stops the listing when the command ends. Returns the removed
+    paths (relative).
     """
-    path = Path(path)
-    for name in stale_outputs(path):
-        entry = path / name
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+    from halubench_data.files import claim_outputs
+
+    return claim_outputs(path, remove_earlier=overwrite, kept=CACHE_NAMES)
 
 
 def check_out_file(path: str | os.PathLike[str], flag: str = "--out") -> Path:
@@ -369,8 +392,9 @@ def add_out_arg(parser: Any, what: str, *, default: str | None = None, overwrite
         return
     parser.add_argument(
         "--overwrite", action="store_true",
-        help="replace the outputs of an earlier run in --out (they are removed first; caches are kept). "
-        "Without it, a folder holding earlier outputs is refused",
+        help="replace the outputs of earlier runs in --out: the files they wrote (listed in OUT/.outputs) "
+        "are removed first; caches and files no run wrote are kept. Without it, a folder holding anything "
+        "besides caches is refused",
     )  # fmt: skip
 
 

@@ -76,13 +76,14 @@ from halubench_data.cliargs import (
     check_model_arg as check_model_arg,
     check_out_dir as check_out_dir,
     check_out_file as check_out_file,
-    clear_out_dir as clear_out_dir,
+    claim_out_dir as claim_out_dir,
     parse_limit as parse_limit,
     read_bounded as read_bounded,
     resolve_device as resolve_device,
     stale_outputs as stale_outputs,
     warn as warn,
 )
+from halubench_data.files import release_outputs
 
 __all__ = [
     "warn",
@@ -111,7 +112,7 @@ __all__ = [
     "check_model_arg",
     "check_out_dir",
     "check_out_file",
-    "clear_out_dir",
+    "claim_out_dir",
     "ConventionParser",
     "deterministic_kernels",
     "emit",
@@ -432,6 +433,7 @@ def run(
         return _report(prog, exc, EXIT_FAILURE, debug)
     finally:
         _STATE.update(quiet=False, progress=True, json=False, schema=None, stdout=None)
+        release_outputs()  # the files of a claimed --out folder that no atomic write listed
     return EXIT_OK if code is None else int(code)
 
 

@@ -109,8 +109,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         clikit.check_model_arg(getattr(args, flag), f"--{flag}", aliases)
     args.out = clikit.check_out_dir(args.out, overwrite=args.overwrite)
     args.device = clikit.resolve_device(args.device)
-    if args.overwrite:
-        clikit.clear_out_dir(args.out)
+    clikit.claim_out_dir(args.out, overwrite=args.overwrite)
     from halubench_data import results_table
 
     from halujudge._run import evaluate_command

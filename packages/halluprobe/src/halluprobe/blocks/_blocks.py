@@ -13,7 +13,6 @@ so a trained detector saves without pickle (`Block.state` / `block_from_state`).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,11 @@ from flashstats_hf.logits import LOGIT_STAT_NAMES
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.preprocessing import StandardScaler
 
+from halluprobe.blocks._names import (  # re-exported: the feature-set names live beside the blocks
+    BLOCK_NAMES as BLOCK_NAMES,
+    PAPER_BLOCKS as PAPER_BLOCKS,
+    parse_feature_set as parse_feature_set,
+)
 from halluprobe.features._records import HEAD_FEATURES, HEAD_STATS, MAX_SINKS, POOLS, ExampleRecord
 
 A7_CANDIDATES: tuple[str, ...] = tuple(
@@ -55,31 +59,6 @@ stored with how they were obtained in ``halluprobe/blocks/selections/a7.json`` (
 L9_SELECTION: tuple[str, ...] = _packaged_selection("L9")
 """The nine L9 features used by default, selected once by `halluprobe.blocks.select_l9` and
 frozen (``halluprobe/blocks/selections/l9.json``); never refit on a training split."""
-
-BLOCK_NAMES: tuple[str, ...] = ("G", "C", "A7", "A64", "H64", "L9")
-"""Block names in the canonical order of a feature set (``G``, the text-only grounding block, first, then
-``C``, the context contrast)."""
-
-PAPER_BLOCKS: tuple[str, ...] = ("A7", "A64", "H64", "L9")
-"""The paper's four blocks: what the feature set ``"ALL"`` names."""
-
-
-def parse_feature_set(name: str) -> tuple[str, ...]:
-    """Split a feature-set name such as ``"A7H64"``, ``"GA7L9"``, ``"GCA7H64"`` or ``"ALL"`` into its blocks.
-
-    ``"ALL"`` is the paper's four blocks (`PAPER_BLOCKS`), without ``G`` or ``C``.
-
-    Raises:
-        ValueError: The name is not a concatenation of distinct block names.
-    """
-    if name == "ALL":
-        return PAPER_BLOCKS
-    parts = re.findall(r"A64|A7|H64|L9|G|C", name)
-    if not parts or "".join(parts) != name or len(set(parts)) != len(parts):
-        raise ValueError(
-            f"feature set {name!r} is not a concatenation of distinct blocks {BLOCK_NAMES} or 'ALL'"
-        )
-    return tuple(b for b in BLOCK_NAMES if b in parts)
 
 
 def _check_int(block: str, field: str, value: Any, lo: int, hi: int | None = None) -> None:

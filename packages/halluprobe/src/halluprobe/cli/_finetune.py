@@ -115,8 +115,7 @@ def cmd_finetune(args) -> int:
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, False)
     clikit.quiet_transformers()
-    if args.overwrite:
-        clikit.clear_out_dir(args.out)
+    clikit.claim_out_dir(args.out, overwrite=args.overwrite)
     from halluprobe.reader import Reader
     from halluprobe.reader._data import as_examples
     from halluprobe.reader._evaluate import evaluate_reader

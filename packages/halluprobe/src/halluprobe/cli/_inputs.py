@@ -21,20 +21,33 @@ class InputRows:
     """Each answer's line number in the file (1-based), for ``FILE:LINE`` messages."""
 
 
-def check_detector_arg(path: str) -> None:
-    """The detector folder, its ``detector.json`` readable as JSON and its proxy findable, before torch loads.
+def check_detector_arg(path: str | None) -> None:
+    """The detector folder and its ``detector.json``, checked before torch loads.
+
+    ``path`` None is the default detector (`halluprobe.detectors._default`). The file must be readable,
+    every field present and in range, and the proxy findable.
 
     Raises:
-        FileNotFoundError, NotADirectoryError, ValueError: naming the folder or the file.
+        FileNotFoundError, NotADirectoryError, ValueError: naming the folder, the file and the field.
     """
     from halubench_data.cliargs import check_model_arg
 
-    from halluprobe.detectors._detector_file import read_document
+    from halluprobe.detectors._default import check_default
+    from halluprobe.detectors._detector_file import check_document, check_format, read_document
 
-    doc = read_document(Path(path).expanduser(), "detector.json")
-    proxy = doc.get("proxy") if isinstance(doc, dict) else None
+    folder = check_default() if path is None else Path(path).expanduser()
+    doc = read_document(folder, "detector.json")
+    where = str(folder / "detector.json")
+    if isinstance(doc, dict) and doc.get("kind") == "reader":  # a fine-tuned reader's own fields
+        from halluprobe.reader._file import check_document as check_reader
+
+        check_reader(doc, where)
+    else:
+        check_format(doc, where)
+        check_document(doc, where)
+    proxy = doc.get("proxy")
     if isinstance(proxy, str):  # a hub id that an offline install lacks fails now, not after retries
-        check_model_arg(proxy, f"the proxy of detector {path}:")
+        check_model_arg(proxy, f"the proxy of detector {folder}:")
 
 
 def read_triples(path: Path) -> tuple[list[str], list[tuple[str, str, str]]]:

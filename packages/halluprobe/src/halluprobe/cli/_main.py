@@ -65,13 +65,16 @@ def _check_run(args):
 
 
 def _start(args, device_flag: str = "--device") -> str:
-    """After the checks: the resolved device (imports torch), and --overwrite's removal of old outputs."""
+    """After the checks: the resolved device (imports torch), and the claim of --out (`clikit.claim_out_dir`).
+
+    ``torchrun``: rank 0 alone claims the folder (it writes the outputs).
+    """
     device = clikit.resolve_device(args.device, device_flag)
     clikit.deterministic_kernels(device, args.autotune)
     if getattr(args, "graphs", False) and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
-    if args.overwrite and os.environ.get("RANK", "0") == "0":  # one process of a torchrun clears
-        clikit.clear_out_dir(args.out)
+    if args.overwrite is not None and os.environ.get("RANK", "0") == "0":  # one process of a torchrun
+        clikit.claim_out_dir(args.out, overwrite=args.overwrite)
     return device
 
 

@@ -73,10 +73,11 @@ def _over_length(det, device: str, rows: InputRows, where: str | None) -> dict[i
     ext = det.extractor(device)
     bad = {}
     for i, (item_id, (context, question, answer)) in enumerate(zip(rows.ids, rows.triples, strict=True)):
+        name = "--context/--question/--answer" if item_id is None else item_id  # one answer has no id
         try:
-            ext.encode(SimpleNamespace(id=item_id, context=context, question=question, answer=answer))
+            ext.encode(SimpleNamespace(id=name, context=context, question=question, answer=answer))
         except ValueError as exc:
-            bad[i] = f"{where}:{rows.lines[i]}: {exc}" if where else f"--context and --answer: {exc}"
+            bad[i] = f"{where}:{rows.lines[i]}: {exc}" if where else str(exc)
     return bad
 
 
@@ -123,8 +124,7 @@ def cmd_predict(args) -> int:
             raise clikit.UsageError(f"--input {args.input}: {exc}") from None
     else:
         rows = InputRows([None], [(args.context, args.question or "", args.answer)], [0])  # type: ignore[list-item]
-    if args.detector is not None:
-        check_detector_arg(args.detector)
+    check_detector_arg(args.detector)  # the default one too ($HALLUPROBE_DETECTOR), before torch loads
 
     device = clikit.resolve_device(args.device)
     clikit.deterministic_kernels(device, args.autotune)

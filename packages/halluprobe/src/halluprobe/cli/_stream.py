@@ -119,8 +119,7 @@ def cmd_stream(args) -> int:
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         raise clikit.UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
     clikit.check_device_name(args.device)
-    if args.detector is not None:
-        check_detector_arg(args.detector)  # all checked before torch loads
+    check_detector_arg(args.detector)  # all checked before torch loads (the default one too)
     from halluprobe.cli._common import load_detector
     from halluprobe.detectors._streaming import StreamingScorer
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from halluprobe.detectors._detector import Detector
+if TYPE_CHECKING:  # imported in `load`: resolving the default path needs no torch
+    pass
 
 ENV_VAR = "HALLUPROBE_DETECTOR"
 """Environment variable naming a detector folder that replaces the packaged one as the default."""
@@ -64,6 +65,16 @@ def load(path: str | os.PathLike[str] | None = None) -> Any:
     """
     if path is not None:
         return _load_folder(Path(path))
+    return _load_folder(check_default())
+
+
+def check_default() -> Path:
+    """The default detector's folder once its ``detector.json`` is known to exist (no torch imported).
+
+    Raises:
+        FileNotFoundError: naming `ENV_VAR` when it names a folder without a detector, else saying how
+            to build one.
+    """
     folder, how = default_path()
     if not (folder / "detector.json").is_file():
         if how.startswith(ENV_VAR):
@@ -74,7 +85,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Any:
             f"this halluprobe has no packaged general detector ({'/'.join(('halluprobe', *PACKAGED))}/"
             f"detector.json is missing); {BUILD_HINT}"
         )
-    return _load_folder(folder)
+    return folder
 
 
 KINDS: dict[str, str] = {"reader": "halluprobe.reader:Reader"}
@@ -94,6 +105,7 @@ def _load_folder(folder: Path):
     """
     import importlib
 
+    from halluprobe.detectors._detector import Detector
     from halluprobe.detectors._detector_file import read_document
 
     doc = read_document(folder, "detector.json")

@@ -227,12 +227,7 @@ class Detector(ClassifierMixin, BaseEstimator):
                 f"{where} holds a fine-tuned reader, not a probe detector: load it with "
                 "halluprobe.load(path) or halluprobe.reader.Reader.load(path)"
             )
-        if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-            got = doc.get("format_version") if isinstance(doc, dict) else None
-            raise ValueError(
-                f"{where} has detector format version {got!r}; this halluprobe reads version "
-                f"{FORMAT_VERSION}. Retrain the detector with this version."
-            )
+        dfile.check_format(doc, where)
         if doc.get("integrity") != dfile.document_digest(doc):
             raise ValueError(
                 f"{where} does not match its integrity hash: the detector's metadata was modified"
@@ -292,6 +287,9 @@ class Detector(ClassifierMixin, BaseEstimator):
             from halluprobe.features._extract import ProxyExtractor
 
             model, tok = load_model(self.proxy, device=device or self.device)
+            if hasattr(self, "probe_"):  # a loaded detector's indices, named against this proxy
+                cfg = model.config
+                dfile.check_against_proxy(self, int(cfg.num_hidden_layers), int(cfg.num_attention_heads))
             hidden = getattr(self, "hidden_layers_", self.hidden_layers)
             layers = None if self.layers is None else tuple(self.layers)
             self._extractor = ProxyExtractor(model, tok, layers, None if hidden is None else tuple(hidden))
@@ -339,7 +337,9 @@ class Detector(ClassifierMixin, BaseEstimator):
                 detector's threshold; a number in [0, 1]; or ``"expected-f1"``, the threshold that
                 maximises the batch's expected F1 under its own probabilities, no label needed
                 ([`expected_f1_threshold`][halluprobe.expected_f1_threshold]; give it at least 20
-                answers of one source: it follows their base rate).
+                answers of one source: it follows their base rate). When no answer reaches the
+                detector's threshold, the batch shows no hallucination and the detector's threshold
+                labels it (expected F1 would flag every answer of such a batch).
 
         Raises:
             ValueError: a triple that is not three strings or has an empty answer, ``batch_size < 1``,

@@ -20,6 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from halluprobe.detectors._detector_fields import (  # re-exported: the readers of a detector use them
+    DETECTOR_FIELDS as DETECTOR_FIELDS,
+    check_against_proxy as check_against_proxy,
+    check_document as check_document,
+    check_fields as check_fields,
+    number,
+)
+
 if TYPE_CHECKING:
     from halluprobe.localisation._localisation import TokenProbe
     from halluprobe.training._protocol import ProbeFit
@@ -86,10 +94,17 @@ def read_document(folder: Path, name: str) -> Any:
     where = folder / name
     raw = read_member(folder, name, MAX_JSON_BYTES)
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, _no_constant
         what = "nests too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ValueError(f"{where} is not a valid detector file: {what}") from None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as an infinity
+        raise ValueError(f"it holds the number {text}, too large for a float; every field must be finite")
+    return value
 
 
 def _no_constant(name: str) -> None:
@@ -106,94 +121,13 @@ def document_digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def number(
-    doc: dict, key: str, where: str, *, lo: float | None = None, hi: float | None = None, field: str = ""
-) -> float:
-    """``doc[key]`` as a float, or a ValueError naming ``where`` and ``field`` (default ``key``)."""
-    value, field = doc.get(key), field or key
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}: field {field!r} must be a finite number, got {value!r}")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{where}: field {field!r} must lie in [{lo}, {hi}], got {value!r}")
-    return float(value)
-
-
-def _int_list(value: Any, key: str, where: str, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
-    ):
-        raise ValueError(f"{where}: field {key!r} must be a list of non-negative integers, got {value!r}")
-
-
-def check_document(doc: Any, where: str) -> None:
-    """Types, ranges and finiteness of every field a verdict depends on.
-
-    Raises:
-        ValueError: naming ``where`` (the file) and the field.
-    """
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    number(doc, "threshold", where, lo=0.0, hi=1.0)
-    number(doc, "intercept", where)
-    number(doc, "C", where, lo=0.0)
-    if doc.get("val_auroc") is not None:  # null when validation had one class
-        number(doc, "val_auroc", where, lo=0.0, hi=1.0)
-    if not isinstance(doc.get("feature_set"), str) or not doc["feature_set"]:
+def check_format(doc: Any, where: str, version: int = FORMAT_VERSION) -> None:
+    """The document is a JSON object of the detector format ``version``, or a ValueError naming ``where``."""
+    got = doc.get("format_version") if isinstance(doc, dict) else None
+    if got != version:
         raise ValueError(
-            f"{where}: field 'feature_set' must be a non-empty string, got {doc.get('feature_set')!r}"
-        )
-    if doc.get("proxy") is not None and not isinstance(doc["proxy"], str):
-        raise ValueError(f"{where}: field 'proxy' must be a string or null, got {doc['proxy']!r}")
-    _int_list(doc.get("layers"), "layers", where, optional=True)
-    _int_list(doc.get("hidden_layers"), "hidden_layers", where, optional=False)
-    blocks = doc.get("blocks")
-    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
-        raise ValueError(f"{where}: field 'blocks' must be a non-empty list of objects")
-    _check_meaning(doc, where)
-
-
-def _check_meaning(doc: dict[str, Any], where: str) -> None:
-    """The fields agree with each other: blocks with the feature set, K and k with the blocks, H64's layer."""
-    from halluprobe.blocks._blocks import BLOCK_NAMES, parse_feature_set
-
-    names = [b.get("name") for b in doc["blocks"]]
-    for i, name in enumerate(names):
-        if name not in BLOCK_NAMES:
-            raise ValueError(
-                f"{where}: field 'blocks[{i}]' names an unknown feature block {name!r}; expected one of "
-                f"{list(BLOCK_NAMES)}"
-            )
-    try:
-        expected = list(parse_feature_set(doc["feature_set"]))
-    except ValueError as exc:
-        raise ValueError(f"{where}: field 'feature_set': {exc}") from None
-    if names != expected:
-        raise ValueError(
-            f"{where}: field 'feature_set' is {doc['feature_set']!r} (blocks {expected}) but field "
-            f"'blocks' holds {names}"
-        )
-    selection = doc.get("selection", {})
-    if not isinstance(selection, dict):
-        raise ValueError(f"{where}: field 'selection' must be an object")
-    for key in selection:
-        number(selection, key, where, field=f"selection.{key}")
-    by_name = dict(zip(names, doc["blocks"], strict=True))
-    implied = {
-        "K": len(by_name["A7"].get("heads", ())) if "A7" in by_name else None,
-        "k": by_name["A64"].get("k") if "A64" in by_name else None,
-    }
-    for key, value in implied.items():
-        if key in selection and selection[key] != value:
-            raise ValueError(
-                f"{where}: field 'selection' has {key} = {selection[key]!r} but the blocks imply {value!r}"
-            )
-    layer = by_name.get("H64", {}).get("layer", 0)
-    if isinstance(layer, int) and not isinstance(layer, bool) and layer >= len(doc["hidden_layers"]):
-        raise ValueError(
-            f"{where}: block H64 field 'layer' is {layer} but field 'hidden_layers' keeps "
-            f"{len(doc['hidden_layers'])} layer(s)"
+            f"{where} has detector format version {got!r}; this halluprobe reads version {version}. "
+            "Retrain the detector with this version."
         )
 
 

@@ -294,15 +294,15 @@ def resolve_threshold(
 ) -> float:
     """The threshold that a ``threshold`` passed by `check_threshold` names.
 
-    ``default`` for None, the expected-F1 threshold of ``pending``'s probabilities for
-    ``"expected-f1"``, else the number itself.
+    ``default`` for None, the batch threshold of ``pending``'s probabilities for ``"expected-f1"``
+    (`halluprobe._threshold.batch_threshold`), else the number itself.
     """
     if threshold is None:
         return float(default)
-    if threshold == "expected-f1":
-        from halluprobe.training._calibration import expected_f1_threshold
+    if threshold == "expected-f1":  # the detector's own when the batch shows no hallucination
+        from halluprobe.training._thresholds import batch_threshold
 
-        return expected_f1_threshold(np.array([p.probability for p in pending]))
+        return batch_threshold(np.array([p.probability for p in pending]), default)
     return float(threshold)
 
 

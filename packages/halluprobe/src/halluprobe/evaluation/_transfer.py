@@ -35,15 +35,16 @@ from halubench_data.metrics import evaluate, f1_at, select_threshold
 from halubench_data.schema import Example
 
 from halluprobe._fork import fork_map
+from halluprobe.evaluation._folds import check_sources, held_out_folds
 from halluprobe.training._calibration import (
     CalibrationMethod,
     Calibrator,
     ThresholdRule,
-    expected_f1_threshold,
     reliability_curve,
     source_weights,
     transfer_threshold,
 )
+from halluprobe.training._thresholds import batch_threshold
 
 if TYPE_CHECKING:
     from halluprobe.evaluation._transfer_table import TransferTable
@@ -261,23 +262,6 @@ def _split_by_source(pool: Pool, values: np.ndarray) -> dict[str, np.ndarray]:
     return {s: values[src == s] for s in dict.fromkeys(pool.sources)}
 
 
-def _folds(
-    examples: Sequence[Example], held_out: Literal["all", "test"]
-) -> list[tuple[str, list[Example], list[Example], list[Example]]]:
-    """(source, train, validation, target) of every held-out source; shared groups stay out of the fit."""
-    by_source: dict[str, list[Example]] = {}
-    for e in examples:
-        by_source.setdefault(e.source, []).append(e)
-    out = []
-    for name, own in by_source.items():
-        own_groups = {str(e.group) for e in own}
-        rest = [e for e in examples if e.source != name and str(e.group) not in own_groups]
-        target = own if held_out == "all" else [e for e in own if e.split == "test"]
-        train = [e for e in rest if e.split == "train"]
-        out.append((name, train, [e for e in rest if e.split == "validation"], target))
-    return out
-
-
 @dataclass(frozen=True)
 class _FoldWork:
     """Everything a fold needs."""
@@ -295,11 +279,8 @@ def _fold_rows(work: _FoldWork, i: int):
     """``(progress message, rows, [(method, (probabilities, labels))])`` of fold ``i``."""
     from halluprobe.evaluation._transfer_table import TransferRow
 
-    name, tr, va, target = work.folds[i]
+    name, tr, va, target = work.folds[i]  # every fold's splits hold both labels (check_sources)
     msg = f"held out: {name} ({len(target)} examples; fit on {len(tr)} + {len(va)})"
-    for split, part in (("training", tr), ("validation", va)):
-        if len({e.label for e in part}) < 2:
-            raise ValueError(f"holding out {name!r}: the pooled {split} split of the others lacks a class")
     rows: list[TransferRow] = []
     probs: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
     if len({e.label for e in target}) < 2:
@@ -316,7 +297,7 @@ def _fold_rows(work: _FoldWork, i: int):
             res = evaluate(p_t, tgt.labels, tgt.groups, thr, n_bootstrap=work.n_bootstrap, seed=work.seed)
             best = f1_at(p_t, tgt.labels, select_threshold(p_t, tgt.labels))
             ece = reliability_curve(p_t, tgt.labels).ece
-            batch_thr = expected_f1_threshold(p_t)  # the held-out source's own, from its probabilities alone
+            batch_thr = batch_threshold(p_t, thr)  # the held-out source's own, from its probabilities alone
             flags = p_t >= thr
             rows.append(TransferRow(name, method, kind, res.auroc, res.auroc_ci, res.f1, best, thr, ece,
                                     float(np.mean(flags)), res.n, res.n_positive,
@@ -367,14 +348,8 @@ def leave_one_source_out(
     from halluprobe.evaluation._transfer_table import TransferRow, TransferTable, with_floor_deltas
 
     examples = [e for ds in ([datasets] if isinstance(datasets, Dataset) else datasets) for e in ds]
-    ids = [e.id for e in examples]
-    if len(set(ids)) != len(ids):
-        raise ValueError("datasets: an example id occurs twice; give each example (and source) once")
-    if held_out not in ("all", "test"):
-        raise ValueError(f"held_out must be 'all' or 'test', got {held_out!r}")
-    folds = _folds(examples, held_out)
-    if len(folds) < 2:
-        raise ValueError(f"leave-one-source-out needs at least two sources, got {[f[0] for f in folds]}")
+    check_sources(examples, held_out)
+    folds = held_out_folds(examples, held_out)
     work = _FoldWork(folds, records, tuple(fitters), calibration, threshold, n_bootstrap, seed)
     say = progress or (lambda m: None)
     rows: list[TransferRow] = []

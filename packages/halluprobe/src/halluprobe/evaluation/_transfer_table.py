@@ -62,8 +62,8 @@ class TransferRow:
     delta_floor: float = float("nan")
     """AUROC minus the best floor's AUROC on this source (NaN without floors)."""
     batch_f1: float = float("nan")
-    """F1 at the held-out source's own expected-F1 threshold (`expected_f1_threshold` of its calibrated
-    probabilities: no label of the source is read)."""
+    """F1 at the held-out source's own expected-F1 threshold (`halluprobe._threshold.batch_threshold` of
+    its calibrated probabilities: no label of the source is read)."""
     batch_threshold: float = float("nan")
     """That threshold."""
     false_alarms: int = 0

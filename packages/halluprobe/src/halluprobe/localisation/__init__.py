@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         span_counts,
         span_prf,
     )
+    from halluprobe.localisation._verdict_spans import whole_words
 
 _EXPORTS = {
     "_localisation": (
@@ -35,6 +36,7 @@ _EXPORTS = {
         "fit_token_probe_cv",
     ),
     "_spans": ("SpanResult", "choose_decoding", "decode_spans", "evaluate_spans", "span_counts", "span_prf"),
+    "_verdict_spans": ("whole_words",),
 }
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "fit_token_probe_cv",
     "span_counts",
     "span_prf",
+    "whole_words",
 ]
 
 __getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS, legacy="_localisation")

@@ -12,6 +12,10 @@ When the answer is called hallucinated but no token reaches the span threshold, 
 answer's characters that the context does not support, text only
 ([`halubench_data.grounding.unsupported_char_spans`][]); each then has the answer's probability as
 its confidence. Higher means more likely hallucinated throughout.
+
+Spans cover whole words and numbers (`whole_words`): a proxy's tokens are pieces of words (``T`` +
+``arrow``), so a span decoded from flagged tokens is widened to the words it touches, and loses the
+spaces at its ends.
 """
 
 from __future__ import annotations
@@ -37,6 +41,53 @@ class PredictedSpan(Span):
         super().__post_init__()
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"PredictedSpan confidence must lie in [0, 1], got {self.confidence!r}")
+
+
+_JOINERS = {"digit": ".,", "alpha": "'\u2019"}
+"""Characters that stay inside a token between two digits (``3.14``, ``1,000``) or two letters (``don't``)."""
+
+
+def _inside(text: str, i: int) -> bool:
+    """Whether position ``i`` (between ``text[i - 1]`` and ``text[i]``) lies inside a word or a number."""
+    if not 0 < i < len(text):
+        return False
+    a, b = text[i - 1], text[i]
+    if a.isalnum() and b.isalnum():
+        return True
+    for kind, joiners in _JOINERS.items():
+        same = str.isdigit if kind == "digit" else str.isalpha
+        if b in joiners and same(a) and i + 1 < len(text) and same(text[i + 1]):
+            return True  # 10|.5
+        if a in joiners and same(b) and i >= 2 and same(text[i - 2]):
+            return True  # 10.|5
+    return False
+
+
+def whole_words(spans: Sequence[Span], text: str) -> tuple[Span, ...]:
+    """``spans`` of ``text`` widened to the words and numbers they touch, without spaces at their ends.
+
+    A span never starts or ends inside a word or a number afterwards; spans that come to overlap or
+    touch are merged, and a span of spaces alone is dropped. Every character of a word that a span
+    touched stays covered.
+    """
+    out: list[Span] = []
+    for sp in sorted(spans, key=lambda s: (s.start, s.end)):
+        a, b = max(0, min(sp.start, len(text))), max(0, min(sp.end, len(text)))
+        while _inside(text, a):
+            a -= 1
+        while _inside(text, b):
+            b += 1
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if b <= a:
+            continue
+        if out and a <= out[-1].end:
+            a, b = out[-1].start, max(b, out[-1].end)
+            out.pop()
+        out.append(Span(a, b, sp.label))
+    return tuple(out)
 
 
 def with_confidence(
@@ -65,9 +116,10 @@ def text_spans(context: str, question: str, answer: str, probability: float) -> 
     """The answer's unsupported character runs (text only), each with the answer's ``probability``."""
     from halubench_data.grounding import unsupported_char_spans
 
-    runs = unsupported_char_spans(context, question, answer)
+    found = unsupported_char_spans(context, question, answer)
+    runs = [Span(int(a), int(b), "hallucination") for a, b in found if int(b) > int(a)]
     conf = float(np.clip(probability, 0.0, 1.0))
-    return tuple(PredictedSpan(int(a), int(b), "hallucination", conf) for a, b in runs if int(b) > int(a))
+    return tuple(PredictedSpan(sp.start, sp.end, sp.label, conf) for sp in whole_words(runs, answer))
 
 
 def verdict_spans(
@@ -91,7 +143,7 @@ def verdict_spans(
     if not label:
         return ()
     if spans:
-        return with_confidence(spans, offsets, token_probs)
+        return with_confidence(whole_words(spans, text[2]), offsets, token_probs)
     return text_spans(*text, probability)
 
 

@@ -48,13 +48,17 @@ class Extraction:
 
 
 def start(o: TrainOptions) -> str:
-    """After the checks: the resolved device (imports torch), and ``overwrite``'s removal of old outputs."""
+    """After the checks: the resolved device (imports torch), and the claim of the output folder.
+
+    `halubench_data.clikit.claim_out_dir` lists every file the run writes there, and with ``overwrite``
+    first removes what earlier runs listed (nothing else).
+    """
     device = clikit.resolve_device(o.device)
     clikit.deterministic_kernels(device, o.autotune)
     if o.graphs and not device.startswith("cuda"):
         raise ValueError(f"--graphs replays CUDA graphs and needs a CUDA device, got --device {device}")
-    if o.overwrite and os.environ.get("RANK", "0") == "0":  # one process of a torchrun clears
-        clikit.clear_out_dir(o.out)
+    if os.environ.get("RANK", "0") == "0":  # one process of a torchrun claims the folder
+        clikit.claim_out_dir(o.out, overwrite=o.overwrite)
     return device
 
 

@@ -207,9 +207,8 @@ def _check_reader_flags(t: TransferOptions) -> None:
 
 
 def _check_feature_sets(o: TrainOptions) -> None:
-    """Every feature set or candidate name parses (before the proxy runs; imports the blocks)."""
-    from halluprobe.blocks._blocks import parse_feature_set
-    from halluprobe.training._anchor import parse_candidate
+    """Every feature set or candidate name parses (before the proxy runs; no torch for plain sets)."""
+    from halluprobe.blocks._names import parse_feature_set
 
     sets = o.feature_sets or ()
     if o.kind == "transfer":  # plain sets, and anchored ones with a fixed weight (O+SET@w)
@@ -219,8 +218,14 @@ def _check_feature_sets(o: TrainOptions) -> None:
             parse_feature_set(name) if not name.startswith("O+") else None
         anchored_fitter([n for n in sets if n.startswith("O+")], [])
         return
+    if o.kind == "general":
+        from halluprobe.training._anchor import parse_candidate
+
+        for name in sets:
+            parse_candidate(name)
+        return
     for name in sets:
-        parse_candidate(name) if o.kind == "general" else parse_feature_set(name)
+        parse_feature_set(name)
 
 
 def _selection_files(o: TrainOptions) -> dict[str, Path]:
@@ -264,8 +269,14 @@ def _load_datasets(o: TrainOptions) -> list[Any]:
         names.add(ds.name)
         datasets.append(ds)
     if o.kind == "transfer":
+        from halluprobe.evaluation._folds import check_sources
+
         sources = list(dict.fromkeys(e.source for ds in datasets for e in ds))
         _usage(len(sources) < 2, f"--dataset: leave-one-source-out needs at least two sources, got {sources}")
+        try:  # every fold fits (both labels on both sides), before any proxy work
+            check_sources([e for ds in datasets for e in ds], o.transfer.held_out)
+        except ValueError as exc:
+            raise clikit.UsageError(str(exc)) from None
     if o.kind == "dataset":
         _check_token_data(o, datasets[0])
     return datasets

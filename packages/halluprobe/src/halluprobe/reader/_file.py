@@ -26,7 +26,7 @@ import numpy as np
 from halluprobe.reader._scoring import Anchor, ReaderScoring
 from halluprobe.reader._settings import POOLS, AdapterSpec
 
-__all__ = ["KIND", "READER_FORMAT", "load_reader", "save_reader"]
+__all__ = ["KIND", "READER_FORMAT", "check_document", "load_reader", "save_reader"]
 
 KIND = "reader"
 """``detector.json``'s ``kind`` for a fine-tuned reader (a probe detector has none)."""
@@ -169,6 +169,33 @@ def _check_tensors(tensors: dict, spec: AdapterSpec, width: int, where: str) -> 
         raise ValueError(f"{where}: tensor {bad[0]!r} holds non-finite values")
 
 
+def check_document(doc: Any, where: str) -> tuple[AdapterSpec, ReaderScoring, dict]:
+    """Every field of a reader's ``detector.json`` (no tensor, no torch): its spec, scoring and card.
+
+    Raises:
+        ValueError: naming ``where`` and the field: another kind or format version, or a field of the
+            wrong type or range.
+    """
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise ValueError(
+            f'{where} is not a fine-tuned reader (no "kind": "reader"); load it with halluprobe.load'
+        )
+    if doc.get("format_version") != READER_FORMAT:
+        raise ValueError(
+            f"{where} has reader format version {doc.get('format_version')!r}; this halluprobe reads "
+            f"version {READER_FORMAT}. Fine-tune it again with this version."
+        )
+    spec = _spec(doc, where)
+    scoring = _scoring(doc, where)
+    _field(doc, "proxy", where, lambda v: v is None or (isinstance(v, str) and v), "null or a proxy id")
+    card = _field(doc, "card", where, lambda v: isinstance(v, dict) and isinstance(v.get("proxy"), dict)
+                  and isinstance(v["proxy"].get("width"), int) and isinstance(v["proxy"].get("layers"), int)
+                  and v["proxy"]["width"] > 0 and v["proxy"]["layers"] > 0,
+                  "a card with proxy {'width', 'layers'} (positive integers)")  # fmt: skip
+    _field(doc, "validation", where, lambda v: isinstance(v, dict), "a mapping of metrics")
+    return spec, scoring, card
+
+
 def load_reader(cls, path: Path):
     """[`Reader.load`][halluprobe.Reader.load]."""
     from safetensors import SafetensorError
@@ -183,39 +210,21 @@ def load_reader(cls, path: Path):
 
     where = str(path / _JSON)
     doc = read_document(path, _JSON)
-    if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        raise ValueError(
-            f'{where} is not a fine-tuned reader (no "kind": "reader"); load it with halluprobe.load'
-        )
-    if doc.get("format_version") != READER_FORMAT:
-        raise ValueError(
-            f"{where} has reader format version {doc.get('format_version')!r}; this halluprobe reads "
-            f"version {READER_FORMAT}. Fine-tune it again with this version."
-        )
+    spec, scoring, card = check_document(doc, where)
     if doc.get("integrity") != document_digest(doc):
         raise ValueError(f"{where} does not match its integrity hash: the reader's metadata was modified")
     raw = read_member(path, _TENSORS, MAX_TENSOR_BYTES)
     if hashlib.sha256(raw).hexdigest() != doc.get("tensors_sha256"):
         raise ValueError(f"{path / _TENSORS} does not match the hash in {_JSON}: the file was modified")
-    spec = _spec(doc, where)
-    scoring = _scoring(doc, where)
-    proxy = _field(
-        doc, "proxy", where, lambda v: v is None or (isinstance(v, str) and v), "null or a proxy id"
-    )
-    card = _field(doc, "card", where, lambda v: isinstance(v, dict) and isinstance(v.get("proxy"), dict)
-                  and isinstance(v["proxy"].get("width"), int) and isinstance(v["proxy"].get("layers"), int)
-                  and v["proxy"]["width"] > 0 and v["proxy"]["layers"] > 0,
-                  "a card with proxy {'width', 'layers'} (positive integers)")  # fmt: skip
-    validation = _field(doc, "validation", where, lambda v: isinstance(v, dict), "a mapping of metrics")
     try:
         tensors = load_tensors(raw)
     except SafetensorError as exc:
         raise ValueError(f"{path / _TENSORS} is not a safetensors file: {exc}") from None
     _check_tensors(tensors, spec, int(card["proxy"]["width"]), str(path / _TENSORS))
-    est = cls(proxy, rank=spec.rank, alpha=spec.alpha, anchor=scoring.anchor is not None,
+    est = cls(doc["proxy"], rank=spec.rank, alpha=spec.alpha, anchor=scoring.anchor is not None,
               threshold_rule=scoring.threshold_rule, **_settings_params(card))  # fmt: skip
     est.spec_, est.scoring_, est.card_ = spec, scoring, card
-    est.validation_ = {k: (float("nan") if v is None else v) for k, v in validation.items()}
+    est.validation_ = {k: (float("nan") if v is None else v) for k, v in doc["validation"].items()}
     est.adapter_ = {k: v for k, v in tensors.items() if not k.startswith("head.")}
     est.head_ = {k.removeprefix("head."): v for k, v in tensors.items() if k.startswith("head.")}
     est.classes_ = np.array([0, 1])

@@ -56,7 +56,7 @@ def fold_scores(
     import torch
     from flashstats_hf import load_model
 
-    from halluprobe.evaluation._transfer import _folds
+    from halluprobe.evaluation._folds import held_out_folds
     from halluprobe.reader._data import encode_row
     from halluprobe.reader._train import fit_reader, pooled, score_with_adapter
 
@@ -67,7 +67,7 @@ def fold_scores(
         e.id: encode_row(tok, e, max_positions=limit if isinstance(limit, int) else None) for e in examples
     }
     out: dict[str, dict[str, Any]] = {}
-    for name, train, val, target in _folds(list(examples), held_out):  # type: ignore[arg-type]
+    for name, train, val, target in held_out_folds(list(examples), held_out):  # type: ignore[arg-type]
         fit = fit_reader(model, [rows[e.id] for e in train], [rows[e.id] for e in val], settings)
         scored = list({e.id: e for e in [*val, *target]}.values())
         z = score_with_adapter(model, settings.adapter, fit.adapter, fit.head, [rows[e.id] for e in scored],

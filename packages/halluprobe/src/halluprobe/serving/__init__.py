@@ -6,7 +6,10 @@
   ([`BatchQueue`][halluprobe.serving.BatchQueue]).
 - `halluprobe.serving.schemas`: the request and response models (the OpenAPI schema).
 - `halluprobe.serving.app`: the FastAPI app ([`create_app`][halluprobe.serving.create_app]); needs the
-  ``halluprobe[serve]`` extra.
+  ``halluprobe[serve]`` extra. What a request must be before a route sees it is checked in
+  `halluprobe.serving._guard`, the stream protocol runs in `halluprobe.serving._stream`.
+- `halluprobe.serving.server`: the listening socket, bound before the proxy loads, and uvicorn with the
+  server's timeouts.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Requests submit their items; one worker takes what has arrived, waits at most ``max_wait`` seconds
 for more (until ``max_batch`` items), and runs them through one call of ``run`` on a worker thread.
 The queue holds at most ``max_pending`` items (waiting or in a forward): beyond that `submit`
-raises [`QueueFull`][halluprobe.serving.QueueFull] at once, so memory never grows without bound.
+raises [`QueueFull`][halluprobe.serving.QueueFull] at once, so memory never grows without bound; a
+request of more than ``max_pending`` items, which could never be queued, raises ValueError. A request
+cancelled before its forward started (its client left) leaves the queue, and its items are not scored.
 [`close`][halluprobe.serving.BatchQueue.close] refuses new items and returns once every item already
 submitted has its result.
 """
@@ -73,6 +75,8 @@ class BatchQueue(Generic[T, R]):
         """Items waiting or in a forward."""
         self.batches = 0
         """Calls of ``run`` so far."""
+        self.dropped = 0
+        """Items whose request was cancelled before their forward (never scored)."""
         self._jobs: deque[_Job[T, R]] = deque()
         self._wakeup = asyncio.Event()
         self._closing = False
@@ -87,13 +91,18 @@ class BatchQueue(Generic[T, R]):
     async def submit(self, items: Sequence[T]) -> list[R]:
         """The results of ``items`` (in order), once the forward that holds them has run.
 
+        Cancelling the call before the forward that holds the items has started removes them.
+
         Raises:
+            ValueError: more than ``max_pending`` items (they could never be queued).
             QueueFull: ``max_pending`` would be exceeded (nothing was queued).
             QueueClosed: the queue is shutting down.
         """
         if self._closing or self._worker is None:
             raise QueueClosed("the server is shutting down")
         items = list(items)
+        if len(items) > self.max_pending:
+            raise ValueError(f"{len(items)} items; this queue holds at most {self.max_pending}")
         if self.pending + len(items) > self.max_pending:
             raise QueueFull(
                 f"the scoring queue is full ({self.pending} of {self.max_pending} answers pending); "
@@ -104,7 +113,14 @@ class BatchQueue(Generic[T, R]):
         self.pending += len(items)
         self._jobs.append(job)
         self._wakeup.set()
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            if job in self._jobs:  # not taken into a forward yet: dropped unscored
+                self._jobs.remove(job)
+                self.pending -= len(items)
+                self.dropped += len(items)
+            raise
 
     def _retry_after(self) -> int:
         """Whole seconds until the queue has likely drained (at least 1)."""
@@ -116,20 +132,23 @@ class BatchQueue(Generic[T, R]):
 
     async def _gather(self) -> list[_Job[T, R]]:
         """Wait for a job, then up to ``max_wait`` for more; take jobs up to ``max_batch`` items."""
-        while not self._jobs:
-            if self._closing:
-                return []
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        deadline = time.monotonic() + self.max_wait
-        while self._queued() < self.max_batch and not self._closing:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), left)
-            except TimeoutError:
+        while True:
+            while not self._jobs:
+                if self._closing:
+                    return []
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            deadline = time.monotonic() + self.max_wait
+            while self._queued() < self.max_batch and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), left)
+                except TimeoutError:
+                    break
+            if self._jobs:  # else every job waiting was cancelled meanwhile: wait again
                 break
         taken = [self._jobs.popleft()]
         count = len(taken[0].items)

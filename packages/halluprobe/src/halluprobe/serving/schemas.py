@@ -7,9 +7,22 @@ convention: higher means more likely hallucinated; ``label`` 1 = hallucinated.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _unicode(text: str) -> str:
+    """``text`` when it is valid Unicode: a lone surrogate (JSON can escape one) cannot be tokenised."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode: a lone surrogate at character {exc.start}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+"""A string that is valid Unicode (refused with 422 otherwise, before it reaches a shared batch)."""
 
 
 class ScoreItem(BaseModel):
@@ -17,9 +30,9 @@ class ScoreItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    context: str = Field(description="The text the answer must be supported by.")
-    question: str = Field("", description="The question the answer replies to (empty: none).")
-    answer: str = Field(description="The answer to check.")
+    context: Text = Field(description="The text the answer must be supported by.")
+    question: Text = Field("", description="The question the answer replies to (empty: none).")
+    answer: Text = Field(description="The answer to check.")
 
 
 class SpanOut(BaseModel):
@@ -49,8 +62,9 @@ class ItemError(BaseModel):
     """Why one answer of a request was not scored (the other answers are)."""
 
     status: Literal["error"] = "error"
-    error: Literal["too_long", "empty_answer"] = Field(
-        description="'too_long': the example has more tokens than the server reads; 'empty_answer'."
+    error: Literal["too_long", "empty_answer", "failed"] = Field(
+        description="'too_long': the example has more tokens than the server reads; 'empty_answer'; "
+        "'failed': scoring this answer failed (the others of the batch are scored)."
     )
     message: str = Field(description="One line naming the item and the limit.")
 
@@ -70,7 +84,9 @@ class ErrorResponse(BaseModel):
 class DetectorCard(BaseModel):
     """What the server scores with."""
 
-    source: str | None = Field(description="The detector's folder (null: built in memory or packaged).")
+    source: str | None = Field(
+        description="The name of the detector's folder, never its path (null: built in memory or packaged)."
+    )
     proxy: str = Field(description="The proxy model that reads the answers.")
     feature_set: str = Field(description="The detector's feature blocks (e.g. 'A7H64').")
     threshold: float = Field(description="Its decision threshold on p(hallucinated).")
@@ -98,8 +114,8 @@ class StreamStart(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    context: str
-    question: str = ""
+    context: Text
+    question: Text = ""
 
 
 class StreamChunk(BaseModel):
@@ -107,7 +123,7 @@ class StreamChunk(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = ""
+    text: Text = ""
     done: bool = False
 
 
@@ -123,3 +139,14 @@ class StreamEvent(BaseModel):
     label: int | None = None
     threshold: float | None = None
     message: str | None = None
+
+
+def one_line(errors: Any, expected: str = "{context, question?, answer} or a list of them") -> str:
+    """Pydantic's errors as one line: ``0.answer: Field required; ... (expected ...)``."""
+    parts = []
+    for err in list(errors)[:3]:
+        where = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",)) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    if not parts:
+        return "malformed request"
+    return "; ".join(parts).replace("\n", " ") + f" (expected {expected})"

@@ -7,9 +7,10 @@ thread, so the batched forwards and the streams never use the proxy at the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -52,6 +53,10 @@ class ScoringService:
             ids, start = self.extractor.encode(_Item(f"item {i}", item.context, item.question, item.answer))
         except ValueError as exc:
             return ItemError(error="too_long", message=str(exc).splitlines()[0])
+        except Exception as exc:  # noqa: BLE001 - text the tokenizer cannot take fails this item alone
+            return ItemError(
+                error="failed", message=f"item {i}: could not be tokenised ({type(exc).__name__})"
+            )
         if self.max_tokens is not None and len(ids) > self.max_tokens:
             return ItemError(
                 error="too_long",
@@ -71,24 +76,46 @@ class ScoringService:
         """
         return self.finish(self.score_pending(items), threshold)
 
-    def score_pending(self, items: list[ScoreItem]) -> list[PendingScore | ItemError]:
-        """`score` before the threshold: what the batch queue runs (its batches mix requests)."""
+    def score_pending(
+        self, items: Sequence[ScoreItem], indices: Sequence[int] | None = None
+    ) -> list[PendingScore | ItemError]:
+        """`score` before the threshold: what the batch queue runs (its batches mix requests).
+
+        ``indices``: each item's place in its own request, for the messages (default: its place here).
+        One item that fails does not fail the others: when the batched forward raises, each item is
+        scored alone, and the one that still fails gets a ``failed`` error of its own.
+        """
+        where = list(range(len(items))) if indices is None else list(indices)
+        checked = [self._check(i, it) for i, it in zip(where, items, strict=True)]
+        todo = [k for k, c in enumerate(checked) if not isinstance(c, ItemError)]
+        try:
+            scored: list[PendingScore | ItemError] = self._pending(
+                [items[k] for k in todo], [checked[k] for k in todo]
+            )
+        except Exception:  # noqa: BLE001 - isolate the item that fails
+            scored = [self._one(items[k], checked[k], where[k]) for k in todo]
+        done = iter(scored)
+        return [c if isinstance(c, ItemError) else next(done) for c in checked]
+
+    def _pending(self, items: list[ScoreItem], ids: list[Any]) -> list[PendingScore | ItemError]:
         from halluprobe.detectors._prediction import pending_triples
         from halluprobe.features._token_data import token_offsets
 
-        checked = [self._check(i, it) for i, it in enumerate(items)]
-        todo = [i for i, c in enumerate(checked) if not isinstance(c, ItemError)]
-        triples = [(items[i].context, items[i].question, items[i].answer) for i in todo]
+        triples = [(it.context, it.question, it.answer) for it in items]
         scored = pending_triples(self.detector, triples, device=self.device, batch_size=max(1, len(triples)))
-        pending = iter(scored)
-        results: list[PendingScore | ItemError] = []
-        for item, c in zip(items, checked, strict=True):
-            if isinstance(c, ItemError):
-                results.append(c)
-                continue
-            offsets = token_offsets(self.extractor.tokenizer, item.answer, c)
-            results.append(PendingScore(next(pending), item.answer, offsets))
-        return results
+        return [
+            PendingScore(p, it.answer, token_offsets(self.extractor.tokenizer, it.answer, answer_ids))
+            for p, it, answer_ids in zip(scored, items, ids, strict=True)
+        ]
+
+    def _one(self, item: ScoreItem, ids: Any, i: int) -> PendingScore | ItemError:
+        try:
+            return self._pending([item], [ids])[0]
+        except Exception as exc:  # noqa: BLE001 - reported on this item alone
+            first = (str(exc).splitlines() or [""])[0][:200]
+            return ItemError(
+                error="failed", message=f"item {i}: could not be scored ({type(exc).__name__}: {first})"
+            )
 
     def finish(
         self, results: list[PendingScore | ItemError], threshold: float | str | None = None
@@ -119,7 +146,7 @@ class ScoringService:
         training = extra.get("training_data") if isinstance(extra, dict) else None
         reads = getattr(self.extractor, "reads", None)
         return DetectorCard(
-            source=None if det.source is None else str(det.source),
+            source=None if det.source is None else Path(det.source).name,  # never the server's paths
             proxy=det.proxy or "SmolLM2-135M-Instruct (the default proxy)",
             feature_set=det.probe_.feature_set,
             threshold=float(det.probe_.threshold),

@@ -36,6 +36,7 @@ import numpy as np
 from halubench_data.metrics import f1_at
 
 from halluprobe._numeric import sigmoid
+from halluprobe.training._thresholds import expected_f1_threshold as expected_f1_threshold
 
 __all__ = [
     "MIN_IQR",
@@ -274,41 +275,6 @@ def transfer_threshold(
     mean_f1 = np.array([np.mean([f1_at(probs[n], labels[n], t) for n in names]) for t in cands])
     best = np.flatnonzero(mean_f1 >= mean_f1.max() - 1e-12)
     return float(cands[best[-1]])
-
-
-def expected_f1_threshold(probs: np.ndarray) -> float:
-    """The threshold that maximises the expected F1 of a batch of calibrated probabilities; no labels.
-
-    If answer ``i`` is hallucinated with probability ``p_i``, flagging the ``k`` most probable answers
-    has expected true positives ``sum of their p`` and expected positives ``sum(p)``, so its F1 is about
-    ``2 * sum_top_k(p) / (k + sum(p))`` (the ratio of the expectations). The best ``k`` gives the
-    threshold: the ``k``-th largest probability (answers tied with it are flagged too). For calibrated
-    probabilities the F1-optimal threshold is half the best F1 reachable, and that F1 depends on the
-    base rate: this threshold follows the batch's own base rate, which a fixed threshold cannot (lower
-    where few answers are likely hallucinated, higher where many are). It is only as good as the
-    calibration on the batch's source, and it treats the batch as one population (score one source at a
-    time).
-
-    Args:
-        probs: ``[n]`` calibrated probabilities of being hallucinated, ``n >= 1``.
-
-    Returns:
-        The threshold; above every probability (nothing flagged) when they are all 0.
-
-    Raises:
-        ValueError: empty or non-1-D input, or probabilities outside [0, 1].
-    """
-    p = np.asarray(probs, dtype=np.float64)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"expected_f1_threshold needs a non-empty 1-D array of probabilities, got {p.shape}")
-    if not np.all((p >= 0) & (p <= 1)):
-        raise ValueError("expected_f1_threshold needs probabilities in [0, 1]")
-    total = p.sum()
-    if total <= 0:
-        return float(np.nextafter(p.max(), np.inf))
-    desc = np.sort(p)[::-1]
-    expected = 2 * np.cumsum(desc) / (np.arange(1, p.size + 1) + total)  # [n]: flag the top k = 1..n
-    return float(desc[int(np.argmax(expected))])
 
 
 PANELS_FROM = 9
