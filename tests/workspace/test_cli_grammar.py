@@ -68,16 +68,20 @@ def test_a_positional_spec_still_works_with_a_deprecation_line(tmp_path, capsys)
 
 
 def test_build_writes_a_folder_that_dataset_reads_and_overwrite_replaces_it(tmp_path, capsys):
+    from halubench_data.files import OUTPUTS_MANIFEST
+
     out = tmp_path / "data"
     argv = ["build", "--dataset", "default", "--out", str(out), "--n-contexts", "20"]
     assert data_main(argv) == 0 and len(read_jsonl(out / "dataset.jsonl")) == 120
     assert data_main(["stats", "--dataset", str(out)]) == 0  # the folder is a dataset spec
-    (out / "old.txt").write_text("stale")
+    (out / "old.txt").write_text("mine")  # a file no run wrote
+    (out / "dataset.jsonl").write_text("stale")
     capsys.readouterr()
     assert data_main(argv) == 2 and "pass --overwrite" in capsys.readouterr().err
-    assert data_main([*argv, "--overwrite"]) == 0 and sorted(p.name for p in out.iterdir()) == [
-        "dataset.jsonl"
-    ]
+    # --overwrite replaces what the earlier build wrote and keeps the user's own file
+    assert data_main([*argv, "--overwrite"]) == 0 and len(read_jsonl(out / "dataset.jsonl")) == 120
+    assert sorted(p.name for p in out.iterdir()) == sorted([OUTPUTS_MANIFEST, "dataset.jsonl", "old.txt"])
+    assert (out / "old.txt").read_text() == "mine"
 
 
 @pytest.mark.parametrize("flag", ["--model"])
