@@ -57,7 +57,7 @@ def part_folds(args) -> dict:
     from halluprobe.reader._settings import ReaderSettings
     from halluprobe.reader._transfer import fold_scores, held_out_aurocs, write_fold_scores
 
-    settings = ReaderSettings()
+    settings = ReaderSettings(epochs=args.epochs)
     examples = _load(args.data, SOURCES)
     meta = {"settings": settings.as_dict(), "env": _env()}
 
@@ -114,7 +114,9 @@ def part_packaged(args) -> dict | str:
 
     examples = _load(args.data, SOURCES)
     fit_rows = [e for e in examples if e.split in ("train", "validation")]
-    reader = Reader(args.proxy, device=args.device).fit(fit_rows, validation=_val(fit_rows))
+    reader = Reader(args.proxy, device=args.device, epochs=args.epochs).fit(
+        fit_rows, validation=_val(fit_rows)
+    )
     anchored = rescored(reader, [e for e in fit_rows if e.split == "validation"], anchor=True)
     out = {"training": reader.card_["training"], "sources": reader.card_["sources"]}
     tests = as_examples([e for e in examples if e.split == "test"], None, None)
@@ -158,6 +160,7 @@ def main() -> None:
     ap.add_argument("--parts", default="folds,packaged,insource")
     ap.add_argument("--proxy", default=None, help="proxy (default: SmolLM2); a tiny folder for a CPU dry run")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--epochs", type=float, default=2.0, help="most passes of every fine-tuning (default 2)")
     ap.add_argument(
         "--package-above", type=float, default=-1.0,
         help="fit the packaged candidates only when the folds' best mean held-out AUROC reaches this",
