@@ -227,3 +227,22 @@ def test_the_server_scores_with_a_reader(fitted_reader):
         assert card.feature_set.startswith("reader") and card.spans == "token_scores"
     finally:
         service.close()
+
+
+def test_finetune_is_a_kind_of_the_training_pipeline(tmp_path):
+    """``halluprobe finetune`` reads its flags once into TrainOptions; its fit stage reads no records."""
+    from halubench_data import write_jsonl
+    from halluprobe.cli._finetune import finetune_options
+    from halluprobe.cli._parser import build_parser
+    from halluprobe.pipeline import FIT_STAGES, check_options
+
+    data = tmp_path / "toy.jsonl"
+    write_jsonl(toy_examples(40), data)
+    args = build_parser().parse_args(
+        ["finetune", "--dataset", str(data), "--out", str(tmp_path / "o"), "--rank", "4", "--anchor"]
+    )
+    o = finetune_options(args)
+    assert o.kind == "finetune" and o.finetune.rank == 4 and o.finetune.anchor
+    assert not FIT_STAGES["finetune"].reads(o)  # no extraction stage: the reader reads the text
+    inputs = check_options(o)
+    assert [len(ds) for ds in inputs.datasets] == [40]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from halubench_data import clikit
@@ -16,8 +15,6 @@ FINETUNE = {
     "span_precision, span_recall, span_f1, span_f1_ci",
     "training": "steps, best_step, tokens, seconds, tokens_per_second and the validation history",
 }
-REPORT = "finetune.json"
-"""The run's report inside ``--out`` (beside the reader's ``detector.json``)."""
 
 
 def add_finetune_parser(sub) -> None:
@@ -38,7 +35,7 @@ def add_finetune_parser(sub) -> None:
     p.add_argument(
         "--proxy", default=None, help="proxy model: hub id, folder or .gguf (default: SmolLM2-135M)"
     )
-    clikit.add_out_arg(p, f"the reader (detector.json, detector.safetensors) and {REPORT}")
+    clikit.add_out_arg(p, "the reader (detector.json, detector.safetensors) and finetune.json")
     clikit.add_device_arg(p)
     p.add_argument("--rank", type=int, default=d.rank, help=f"adapter rank (default {d.rank})")
     p.add_argument("--alpha", type=int, default=d.alpha, help=f"adapter alpha (default {d.alpha})")
@@ -70,99 +67,27 @@ def add_finetune_parser(sub) -> None:
     clikit.add_json_arg(p, FINETUNE)
 
 
-def _check(args):
-    """Flags, paths and datasets, before torch is imported; returns the datasets and the settings."""
-    from halubench_data import load
+def finetune_options(args):
+    """The `halluprobe.pipeline.TrainOptions` of a ``halluprobe finetune`` call (flags read once, here)."""
+    from halluprobe.pipeline._options import FinetuneOptions, TrainOptions
 
-    from halluprobe.reader._settings import ReaderSettings
-    from halluprobe.training._thresholds import check_threshold_rule
-
-    clikit.check_device_name(args.device)
-    clikit.check_out_dir(args.out, overwrite=args.overwrite)
-    clikit.check_model_arg(args.proxy, "--proxy")
-    settings = ReaderSettings(
+    finetune = FinetuneOptions(
         rank=args.rank, alpha=args.alpha, learning_rate=args.learning_rate, epochs=args.epochs,
-        max_batch_tokens=args.max_batch_tokens, pool=args.pool, seed=args.seed,
+        max_batch_tokens=args.max_batch_tokens, pool=args.pool, seed=args.seed, anchor=args.anchor,
+        threshold_rule=args.threshold_rule, n_bootstrap=args.n_bootstrap,
     )  # fmt: skip
-    try:
-        settings.check()
-        settings.adapter.check()
-        check_threshold_rule(args.threshold_rule)
-    except ValueError as exc:
-        raise clikit.UsageError(str(exc)) from None
-    if args.n_bootstrap < 1:
-        raise clikit.UsageError(f"--n-bootstrap must be >= 1, got {args.n_bootstrap}")
-    datasets = []
-    for spec in args.dataset or ["default"]:
-        ds = load(spec, limit=clikit.parse_limit(args.limit, dataset=spec), arg="--dataset")
-        datasets.append(ds)
-    examples = [e for ds in datasets for e in ds]
-    for split in ("train", "validation"):
-        labels = {e.label for e in examples if e.split == split}
-        if labels != {0, 1}:
-            raise clikit.UsageError(
-                f"--dataset: the {split} splits need both labels (supported and hallucinated answers), "
-                f"got {sorted(labels) or 'no answers'}"
-            )
-    return examples, settings
+    return TrainOptions(
+        kind="finetune", datasets=tuple(args.dataset or ["default"]), out=Path(args.out), feature_sets=None,
+        limit=args.limit, proxy=args.proxy, device=args.device, overwrite=bool(args.overwrite),
+        published=False, finetune=finetune,
+    )  # fmt: skip
 
 
 def cmd_finetune(args) -> int:
-    """``halluprobe finetune``: fine-tune a reader, save it in ``--out``, report its metrics."""
-    import numpy as np
+    """``halluprobe finetune``: its flags as `TrainOptions`, run by `halluprobe.pipeline.run`."""
+    from halluprobe.pipeline._run import run
 
-    examples, settings = _check(args)
-    device = clikit.resolve_device(args.device)
-    clikit.deterministic_kernels(device, False)
-    clikit.quiet_transformers()
-    clikit.claim_out_dir(args.out, overwrite=args.overwrite)
-    from halluprobe.reader import Reader
-    from halluprobe.reader._data import as_examples
-    from halluprobe.reader._evaluate import evaluate_reader
-
-    fit_rows = [e for e in examples if e.split in ("train", "validation")]
-    tests = [e for e in examples if e.split == "test"]
-    test_rows = as_examples(tests, None, None) if tests else []
-    reader = Reader(
-        args.proxy, rank=settings.rank, alpha=settings.alpha, learning_rate=settings.learning_rate,
-        epochs=settings.epochs, max_batch_tokens=settings.max_batch_tokens, pool=settings.pool,
-        seed=settings.seed, anchor=args.anchor, threshold_rule=args.threshold_rule, device=device,
-        progress=clikit.show_progress(),
-    )  # fmt: skip
-    clikit.status(f"fine-tuning on {len(fit_rows)} answers of {len({e.source for e in fit_rows})} source(s)")
-    reader.fit(fit_rows, validation=np.array([e.split == "validation" for e in fit_rows]))
-    out = Path(args.out)
-    reader.save(out)
-    test = (
-        evaluate_reader(reader, test_rows, n_bootstrap=args.n_bootstrap, seed=settings.seed)
-        if test_rows
-        else None
-    )
-    doc = {
-        "out": str(out), "sources": reader.card_["sources"], "validation": reader.validation_, "test": test,
-        "training": reader.card_["training"],
-    }  # fmt: skip
-    from halubench_data.files import atomic_write_text
-
-    atomic_write_text(out / REPORT, json.dumps(clikit.json_ready(doc), indent=1), overwrite=True)
-    clikit.emit(lambda: _summary(reader, test, out), doc)
+    report = run(finetune_options(args))
+    assert report is not None  # one process
+    clikit.emit(report.text, report.doc)
     return 0
-
-
-def _summary(reader, test, out: Path) -> str:
-    v, t = reader.validation_, reader.card_["training"]
-    lines = [
-        f"reader: {reader.probe_.feature_set}, threshold {reader.scoring_.threshold:.3f} "
-        f"({reader.scoring_.threshold_rule})",
-        f"training: {t['steps']} steps (best {t['best_step']}), {t['tokens_per_second']:.0f} tokens/s",
-        f"validation: AUROC {v['auroc']:.3f}, false alarms {v['false_alarm_rate']:.2f}, "
-        f"recall {v['recall']:.2f}",
-    ]
-    if test:
-        lines.append(
-            f"test: AUROC {test['auroc']:.3f} [{test['auroc_ci'][0]:.3f}, {test['auroc_ci'][1]:.3f}], F1 "
-            f"{test['f1']:.3f}, false alarms {test['false_alarm_rate']:.2f}, recall {test['recall']:.2f}"
-            + (f", span F1 {test['span_f1']:.3f}" if "span_f1" in test else "")
-        )
-    lines.append(f"written: {out} (halluprobe predict {out} --context ... --answer ...)")
-    return "\n".join(lines)

@@ -7,11 +7,10 @@ says it reads no records) and returns a `Fitted`, which writes itself (`Fitted.s
 - ``"dataset"``: a probe per feature set on one dataset (`halluprobe.pipeline._report.fit_dataset`);
 - ``"general"``: one probe chosen across sources (`halluprobe.training._general.fit_general_probe`);
 - ``"transfer"``: every method fitted on all sources but one and scored on it
-  (`halluprobe.evaluation.leave_one_source_out`).
-
-Another kind of detector (one that reads text itself, such as a fine-tuned reader) is one more entry:
-a `FitStage` whose ``reads`` returns False, a ``fit`` that trains it from ``inputs.datasets``, and a
-`Fitted` that saves it in the detector folder format.
+  (`halluprobe.evaluation.leave_one_source_out`);
+- ``"finetune"``: a fine-tuned reader (`halluprobe.pipeline._finetune`): its `FitStage` reads no
+  records (it reads the text itself), trains from ``inputs.datasets`` and saves the reader in the
+  detector folder format. Another kind of detector plugs in the same way.
 """
 
 from __future__ import annotations
@@ -26,14 +25,7 @@ from halubench_data import clikit
 
 from halluprobe.pipeline._extraction import Extraction
 from halluprobe.pipeline._options import Inputs, TrainOptions
-
-
-@dataclass(frozen=True)
-class Report:
-    """What a run tells its caller: text for people and a JSON document (either may be a function)."""
-
-    text: str | Callable[[], str]
-    doc: dict[str, Any] | Callable[[], dict[str, Any]]
+from halluprobe.pipeline._stages import Report as Report
 
 
 class Fitted(Protocol):
@@ -234,11 +226,19 @@ def fit_transfer_stage(o: TrainOptions, inputs: Inputs, x: Extraction | None) ->
     return _TransferFitted(table)
 
 
+def _finetune_stage(o: TrainOptions, inputs: Inputs, x: Extraction | None) -> Fitted:
+    """A fine-tuned reader (`halluprobe.pipeline._finetune`; it reads text, not records)."""
+    from halluprobe.pipeline._finetune import fit_finetune_stage
+
+    return fit_finetune_stage(o, inputs, x)
+
+
 FIT_STAGES: dict[str, FitStage] = {
     "dataset": FitStage(fit_dataset_stage),
     "general": FitStage(fit_general_stage),
     "transfer": FitStage(
         fit_transfer_stage, reads=lambda o: bool(o.feature_sets) or o.published or o.transfer.judge
     ),
+    "finetune": FitStage(lambda o, inputs, x: _finetune_stage(o, inputs, x), reads=lambda o: False),
 }
 """The fit stage of each kind of run (`halluprobe.pipeline._options.KINDS`)."""

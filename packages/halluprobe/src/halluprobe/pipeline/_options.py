@@ -16,10 +16,10 @@ from halubench_data import clikit
 
 from halluprobe.pipeline._judge import check_judge
 
-KINDS: tuple[str, ...] = ("dataset", "general", "transfer")
+KINDS: tuple[str, ...] = ("dataset", "general", "transfer", "finetune")
 """The kinds of run halluprobe ships (`halluprobe.pipeline.FIT_STAGES` holds one fit stage per kind, and
 another kind plugs in there): probes of one dataset, a general detector from several sources, the
-leave-one-source-out transfer table."""
+leave-one-source-out transfer table, a fine-tuned reader (`halluprobe.reader`)."""
 
 MAX_SELECTION_BYTES = 16 << 20
 """Largest ``--a7-selection`` / ``--l9-selection`` file read (a real one is a few kilobytes)."""
@@ -53,6 +53,41 @@ class TransferOptions:
     """Add the fine-tuned reader's rows, fine-tuned once per held-out source (`halluprobe.reader`)."""
     reader_scores: Path | None = None
     """Add the reader's rows from the fold scores of an earlier run (no fine-tuning)."""
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """The options that only ``halluprobe finetune`` takes (the fine-tuning's, `halluprobe.reader`)."""
+
+    rank: int = 8
+    """Adapter rank."""
+    alpha: int = 16
+    """Adapter alpha."""
+    learning_rate: float = 4e-4
+    """Learning rate of the adapters."""
+    epochs: float = 2.0
+    """Most passes over the training answers."""
+    max_batch_tokens: int = 16384
+    """Most padded tokens per training batch."""
+    pool: str = "max"
+    """Pooling of the example loss."""
+    seed: int = 0
+    """Seed of the fine-tuning."""
+    anchor: bool = False
+    """Mix in the zero-fit overlap score, its weight chosen on validation."""
+    threshold_rule: str = "false-alarm@0.2"
+    """How the threshold is chosen on validation (`halluprobe.training._thresholds.THRESHOLD_RULES`)."""
+    n_bootstrap: int = 1000
+    """Resamples of the test intervals."""
+
+    def settings(self):
+        """The `halluprobe.reader.ReaderSettings` of these options."""
+        from halluprobe.reader._settings import ReaderSettings
+
+        return ReaderSettings(
+            rank=self.rank, alpha=self.alpha, learning_rate=self.learning_rate, epochs=self.epochs,
+            max_batch_tokens=self.max_batch_tokens, pool=self.pool, seed=self.seed,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -106,6 +141,8 @@ class TrainOptions:
     """Held-out sources fitted at once (``"general"``, ``"transfer"``; None: 1)."""
     transfer: TransferOptions = field(default_factory=TransferOptions)
     """The options of ``"transfer"``."""
+    finetune: FinetuneOptions = field(default_factory=FinetuneOptions)
+    """The options of ``"finetune"``."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +223,23 @@ def _check_mode(o: TrainOptions) -> None:
             value, allowed = getattr(o.transfer, flag), get_args(kind)
             _usage(value not in allowed, f"--{flag.replace('_', '-')} {value!r}: expected one of {allowed}")
         _check_reader_flags(o.transfer)
+    if o.kind == "finetune":
+        sizes["--n-bootstrap"] = o.finetune.n_bootstrap
+        _check_finetune(o.finetune)
     for flag, value in sizes.items():
         _usage(value < 1, f"{flag} must be >= 1, got {value}")
+
+
+def _check_finetune(f: FinetuneOptions) -> None:
+    """The fine-tuning's settings and threshold rule (their errors name the setting)."""
+    from halluprobe.training._thresholds import check_threshold_rule
+
+    try:
+        f.settings().check()
+        f.settings().adapter.check()
+        check_threshold_rule(f.threshold_rule)
+    except ValueError as exc:
+        raise clikit.UsageError(str(exc)) from None
 
 
 def _check_reader_flags(t: TransferOptions) -> None:
