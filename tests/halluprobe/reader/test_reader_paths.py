@@ -231,10 +231,10 @@ def test_the_server_scores_with_a_reader(fitted_reader):
 
 def test_finetune_is_a_kind_of_the_training_pipeline(tmp_path):
     """``halluprobe finetune`` reads its flags once into TrainOptions; its fit stage reads no records."""
-    from halubench_data import write_jsonl
     from halluprobe.cli._finetune import finetune_options
     from halluprobe.cli._parser import build_parser
     from halluprobe.pipeline import FIT_STAGES, check_options
+    from halubench_data import write_jsonl
 
     data = tmp_path / "toy.jsonl"
     write_jsonl(toy_examples(40), data)
