@@ -149,7 +149,7 @@ def load_adapted(est, device: str | None):
 
 
 def _card(est, model, fit, settings, examples, mask, keep, skipped) -> dict[str, Any]:
-    from importlib.metadata import version
+    import importlib
 
     import peft
     import torch
@@ -181,7 +181,7 @@ def _card(est, model, fit, settings, examples, mask, keep, skipped) -> dict[str,
         },  # fmt: skip
         "validation": est.validation_,
         "versions": {
-            "halluprobe": version("halluprobe"),
+            "halluprobe": importlib.import_module("halluprobe").__version__,  # also from a source tree
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "peft": peft.__version__,
