@@ -14,33 +14,33 @@ hallucinated.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from halluprobe import _lazy
+
 if TYPE_CHECKING:
-    from halluprobe.reader._data import ReaderExample, ReaderRow, as_examples, encode_row, span_token_labels
+    from halluprobe.reader._data import ReaderRow, as_examples, encode_row, span_token_labels
     from halluprobe.reader._fitting import SkippedRowWarning
     from halluprobe.reader._model import ReaderHead, pool_logits
     from halluprobe.reader._reader import Reader
     from halluprobe.reader._settings import DEFAULT_TARGETS, POOLS, AdapterSpec, ReaderSettings
     from halluprobe.reader._train import ReaderFit, fit_reader
 
+# imported on first use: ``halluprobe finetune --help`` needs no torch
 _EXPORTS = {
-    "ReaderRow": "_data", "encode_row": "_data", "span_token_labels": "_data",
-    "ReaderExample": "_data", "SkippedRowWarning": "_fitting", "as_examples": "_data",
-    "ReaderHead": "_model", "pool_logits": "_model",
-    "DEFAULT_TARGETS": "_settings", "POOLS": "_settings", "AdapterSpec": "_settings",
-    "ReaderSettings": "_settings",
-    "Reader": "_reader", "ReaderFit": "_train", "fit_reader": "_train",
-}  # fmt: skip
-"""Public name -> the module that defines it (imported on first use: ``--help`` needs no torch)."""
+    "_data": ("ReaderRow", "as_examples", "encode_row", "span_token_labels"),
+    "_fitting": ("SkippedRowWarning",),
+    "_model": ("ReaderHead", "pool_logits"),
+    "_reader": ("Reader",),
+    "_settings": ("DEFAULT_TARGETS", "POOLS", "AdapterSpec", "ReaderSettings"),
+    "_train": ("ReaderFit", "fit_reader"),
+}
 
 __all__ = [
     "DEFAULT_TARGETS",
     "POOLS",
     "AdapterSpec",
     "Reader",
-    "ReaderExample",
     "ReaderFit",
     "ReaderHead",
     "ReaderRow",
@@ -53,8 +53,4 @@ __all__ = [
     "span_token_labels",
 ]
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"halluprobe.reader.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'halluprobe.reader' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy.attach(__name__, _EXPORTS)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from halubench_data import Span
+from halubench_data import Example, Span
 
-__all__ = ["ReaderExample", "ReaderRow", "as_examples", "batches", "encode_row", "span_token_labels"]
+__all__ = ["ReaderRow", "as_examples", "batches", "encode_row", "span_token_labels"]
 
 
 @dataclass(frozen=True)
@@ -136,30 +136,13 @@ def batches(
     return out
 
 
-@dataclass(frozen=True)
-class ReaderExample:
-    """One labelled example as the reader reads it."""
-
-    id: str
-    source: str
-    context: str
-    question: str
-    answer: str
-    label: int
-    spans: tuple = ()
-    group: str = ""
-    split: str | None = None
-
-
-def as_examples(X: Any, y: Any, sources: Any) -> list[ReaderExample]:
-    """The rows of ``X`` as `ReaderExample` (labels from ``y`` or the rows; sources likewise).
+def as_examples(X: Any, y: Any, sources: Any) -> list[Example]:
+    """The rows of ``X`` as `halubench_data.Example` (labels from ``y`` or the rows; sources likewise).
 
     Raises:
         ValueError: naming the row, when it is not an example, mapping or triple, has an empty answer,
             or its label is not 0 or 1; or when ``y`` / ``sources`` differ in length from ``X``.
     """
-    from halubench_data import Span
-
     if isinstance(X, str | bytes) or not hasattr(X, "__iter__"):
         raise ValueError(f"X must be a sequence of examples, got {type(X).__name__}")
     rows = list(X)
@@ -202,6 +185,9 @@ def as_examples(X: Any, y: Any, sources: Any) -> list[ReaderExample]:
             raise ValueError(f"row {i} ({rid!r}): a span lies outside the {len(texts[2])}-character answer")
         src = sources[i] if sources is not None else get("source", None)
         context, question, answer = texts
-        out.append(ReaderExample(rid, str(src or "unknown"), context, question, answer, int(label), spans,
-                                 str(get("group", None) or rid), get("split", None)))  # fmt: skip
+        try:
+            out.append(Example(rid, str(src or "unknown"), context, question, answer, int(label),
+                               str(get("group", None) or rid), get("split", None), spans))  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"row {i} ({rid!r}): {exc}") from None
     return out

@@ -9,19 +9,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from halubench_data import Example
 
-from halluprobe.reader._data import ReaderExample, ReaderRow, as_examples, encode_row
+from halluprobe.reader._data import ReaderRow, as_examples, encode_row
 
-__all__ = ["ReaderExample", "ReaderProbe", "as_examples", "fit_reader_estimator", "load_adapted", "pending"]
+__all__ = ["ReaderProbe", "as_examples", "fit_reader_estimator", "load_adapted", "pending"]
 
 
 class SkippedRowWarning(UserWarning):
     """A row the reader cannot read (longer than the proxy's positions) was left out of a fit."""
 
 
-def validation_mask(
-    examples: Sequence[ReaderExample], validation: Any, fraction: float, seed: int
-) -> np.ndarray:
+def validation_mask(examples: Sequence[Example], validation: Any, fraction: float, seed: int) -> np.ndarray:
     """``[n] bool``: the given mask, the examples' validation split, or a stratified group split."""
     if validation is not None:
         mask = np.asarray(validation, dtype=bool)
@@ -45,9 +44,7 @@ def validation_mask(
     return mask
 
 
-def encode_examples(
-    tokenizer, examples: Sequence[ReaderExample], limit: int | None
-) -> list[ReaderRow | None]:
+def encode_examples(tokenizer, examples: Sequence[Example], limit: int | None) -> list[ReaderRow | None]:
     """Each example's `ReaderRow`, or None (with a `SkippedRowWarning` naming it) when it is too long."""
     out: list[ReaderRow | None] = []
     for ex in examples:
