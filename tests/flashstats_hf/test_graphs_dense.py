@@ -58,7 +58,7 @@ def test_captured_body_records_the_dense_blocks_of_record_forward(monkeypatch, l
         inputs = BucketInputs(padded, torch.tensor([length]), torch.tensor([length - start]))
         plan, position_ids = bucket_plan((0, 1, 2), _request(), inputs, rb, backend="torch")
     plan = dataclasses.replace(plan, dense_heads=HEADS)
-    *_, dense, _ = recorded_forward(model, padded, plan, (0, 1, 2), position_ids=position_ids)  # then column_topk
+    *_, dense, _topk = recorded_forward(model, padded, plan, (0, 1, 2), position_ids=position_ids)
     r = length - start
     assert sorted(dense) == sorted(HEADS) == sorted(ref.dense)
     for layer, heads in HEADS.items():
