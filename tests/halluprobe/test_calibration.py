@@ -18,7 +18,7 @@ from halluprobe.training._calibration import (
     transfer_threshold,
 )
 from halluprobe.training._protocol import train_feature_sets
-from halubench_data.metrics import f1_at
+from halubench_data.metrics import f1_at, f1_curve
 
 
 def _no_degenerate_warning():
@@ -89,7 +89,7 @@ def test_expected_f1_threshold_follows_the_batch_base_rate_without_labels():
         p = 1 / (1 + np.exp(-logit))
         y = (rng.random(p.size) < p).astype(int)
         t = chosen[rate] = expected_f1_threshold(p)
-        best = max(f1_at(p, y, c) for c in np.quantile(p, np.linspace(0, 1, 401)))
+        best = f1_curve(p, y, np.quantile(p, np.linspace(0, 1, 401))).max()  # f1_at at each (test_metrics)
         assert f1_at(p, y, t) >= best - 0.02  # close to the oracle threshold, chosen with no label
         assert t == pytest.approx(best / 2, abs=0.03)  # calibrated scores: the F1-optimal threshold is F1*/2
     assert chosen[0.15] < chosen[0.5] < chosen[0.85]  # it follows the base rate, which no fixed one can
@@ -108,7 +108,7 @@ def test_transfer_threshold_maximises_mean_f1_over_sources():
     }
     t = transfer_threshold(probs, labels)
     cands = np.unique(np.concatenate(list(probs.values())))
-    mean_f1 = [np.mean([f1_at(probs[s], labels[s], c) for s in probs]) for c in cands]
+    mean_f1 = np.mean([f1_curve(probs[s], labels[s], cands) for s in probs], axis=0)  # f1_at at each
     assert np.mean([f1_at(probs[s], labels[s], t) for s in probs]) == pytest.approx(max(mean_f1))
     assert transfer_threshold(probs, labels, "calibrated-0.5") == 0.5
     with pytest.raises(ValueError, match="mean-f1"):

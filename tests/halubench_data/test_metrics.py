@@ -146,3 +146,18 @@ def test_evaluate_without_groups_and_with_one_class():
     one_class = M.evaluate([0.1, 0.9, 0.5], [0, 0, 0], ["a", "b", "c"], 0.5, n_bootstrap=50)
     assert np.isnan(one_class.auroc) and one_class.f1 == 0.0 and one_class.precision == 0.0
     assert M.results_table([("x", per_example)]).count("\n") == 2
+
+
+def test_f1_curve_equals_f1_at_at_every_threshold():
+    from halubench_data.metrics import f1_at, f1_curve
+
+    rng = np.random.default_rng(7)
+    for n in (1, 5, 200):
+        scores = np.round(rng.random(n), 2)  # ties
+        labels = (rng.random(n) < 0.4).astype(int)
+        labels[0] = 1
+        cands = np.concatenate([np.unique(scores), [-1.0, 0.0, 0.555, 1.0, 2.0]])
+        want = [f1_at(scores, labels, t) for t in cands]
+        np.testing.assert_allclose(f1_curve(scores, labels, cands), want, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="at least one hallucinated"):
+        f1_curve([0.1, 0.2], [0, 0], np.array([0.5]))

@@ -127,6 +127,29 @@ def f1_at(
     return precision_recall_f1(scores, labels, threshold)[2]
 
 
+def f1_curve(
+    scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray, thresholds: np.ndarray
+) -> np.ndarray:
+    """``[k]`` F1 of the hallucinated class at each of ``thresholds`` (predicting ``score >= t``).
+
+    The same values as `f1_at` at every threshold, from one ``sklearn.metrics.precision_recall_curve``
+    instead of one count per threshold: a threshold search over hundreds of candidates stays fast.
+
+    Raises:
+        ValueError: when no example is hallucinated (F1 is undefined at every threshold).
+    """
+    from sklearn.metrics import precision_recall_curve
+
+    s, y = _check(scores, labels)
+    if y.sum() == 0:
+        raise ValueError("f1_curve needs at least one hallucinated example")
+    precision, recall, cuts = precision_recall_curve(y, s)  # cuts ascending; [i] predicts s >= cuts[i]
+    p, r = precision[:-1], recall[:-1]
+    f1 = np.where(p + r > 0, 2 * p * r / np.maximum(p + r, 1e-300), 0.0)
+    idx = np.searchsorted(cuts, np.asarray(thresholds, dtype=np.float64), side="left")
+    return np.where(idx < len(cuts), f1[np.minimum(idx, len(cuts) - 1)], 0.0)
+
+
 def select_threshold(
     val_scores: Sequence[float] | np.ndarray, val_labels: Sequence[int] | np.ndarray
 ) -> float:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from halubench_data.metrics import f1_at
+from halubench_data.metrics import f1_curve
 
 from halluprobe._numeric import sigmoid
 from halluprobe.training._thresholds import expected_f1_threshold as expected_f1_threshold
@@ -272,7 +272,7 @@ def transfer_threshold(
     cands = np.unique(np.concatenate([np.asarray(probs[n], dtype=np.float64) for n in names]))
     if cands.size > 512:  # quantiles keep the search linear in the data
         cands = np.unique(np.quantile(cands, np.linspace(0, 1, 513)))
-    mean_f1 = np.array([np.mean([f1_at(probs[n], labels[n], t) for n in names]) for t in cands])
+    mean_f1 = np.mean([f1_curve(probs[n], labels[n], cands) for n in names], axis=0)
     best = np.flatnonzero(mean_f1 >= mean_f1.max() - 1e-12)
     return float(cands[best[-1]])
 
