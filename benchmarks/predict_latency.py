@@ -9,7 +9,11 @@ gives the median and the range:
   (the process's wall time, and inside it the forward alone);
 - ``predict, warm``: ``halluprobe predict --context ... --answer ...`` with the dequantised proxy cached;
 - ``predict, cold``: the same with an empty proxy cache (``FLASHSTATS_CACHE`` set to a new folder), so the
-  GGUF is dequantised first.
+  GGUF is dequantised first;
+- ``Python API, warm call``: one process loads the detector (``halluprobe.load``), scores the API example
+  (a context, question and answer of about 150 tokens) once, then times ``API_CALLS`` more calls of
+  ``predict_batch`` on it, one answer each; a row per call. ``--detector DIR`` adds a saved detector (a
+  fine-tuned reader, say) beside the packaged one, measured in the same way and in the same run.
 
 The overhead of a warm ``predict`` is its median minus the proxy-forward process's median: what the CLI, the
 detector and the statistics add to a bare forward. Whether Python may write bytecode caches
@@ -34,6 +38,26 @@ from pathlib import Path
 
 CONTEXT = "Ada Olsen founded Tarrow Systems in Lyon in 2011."
 ANSWER = "Tarrow Systems was founded in Porto."
+API_CONTEXT = (
+    "Ada Olsen founded Tarrow Systems in Lyon in 2011. The company makes sensors for wind turbines "
+    "and employs about 240 people. In 2019 it opened a second office in Porto, which handles sales "
+    "in Spain and Portugal. "
+) * 2
+API_QUESTION = "Where was Tarrow Systems founded?"
+API_ANSWER = (
+    "Tarrow Systems was founded in Porto in 2011 by Ada Olsen, and it makes sensors for solar panels."
+)
+API_CALLS = 5
+API = f"""
+import sys, time, halluprobe
+det = halluprobe.load(sys.argv[1] if len(sys.argv) > 1 else None)
+one = [({API_CONTEXT!r}, {API_QUESTION!r}, {API_ANSWER!r})]
+det.predict_batch(one, device="cpu", batch_size=1)
+for _ in range({API_CALLS}):
+    t = time.perf_counter()
+    det.predict_batch(one, device="cpu", batch_size=1)
+    print(f"call {{time.perf_counter() - t:.4f}}")
+"""
 FORWARD = f"""
 import time, torch, transformers
 from flashstats_hf import load_model
@@ -55,7 +79,7 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return wall, run.stdout
 
 
-def measure(repeat: int) -> list[dict]:
+def measure(repeat: int, detectors: list[str] = ()) -> list[dict]:
     """Rows ``{case, run, seconds}`` (and ``forward_s`` for the proxy-forward case)."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     predict = [sys.executable, "-m", "halluprobe", "predict", "--context", CONTEXT, "--answer", ANSWER,
@@ -73,6 +97,11 @@ def measure(repeat: int) -> list[dict]:
         with tempfile.TemporaryDirectory() as cache:
             wall, _ = _timed(predict, {**env, "FLASHSTATS_CACHE": cache})
         rows.append({"case": "predict, cold", "run": i, "seconds": wall})
+    for name in ["packaged", *detectors]:  # one process each: the calls after its warm-up
+        _, out = _timed([sys.executable, "-c", API, *([] if name == "packaged" else [name])], env)
+        calls = [float(line.split()[1]) for line in out.splitlines() if line.startswith("call ")]
+        case = f"Python API, warm call ({'packaged' if name == 'packaged' else Path(name).name})"
+        rows += [{"case": case, "run": i, "seconds": t} for i, t in enumerate(calls)]
     return rows
 
 
@@ -93,6 +122,9 @@ def markdown(rows: list[dict], header: str) -> str:
         f"forward, and {med['predict, warm'] - med['proxy forward']:+.2f} s against a process that imports "
         "them, loads the proxy and runs one forward.",
     ]
+    if any(c.startswith("Python API") for c in cases):
+        lines += ["", f"The Python API rows time {API_CALLS} calls of `predict_batch`, one answer of "
+                  "about 150 tokens each, in one process after its first call."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -115,11 +147,12 @@ def _bytecode() -> str:
     return f"{cached}; writing .pyc {writes}"
 
 
-def _header(env: dict, repeat: int, note: str) -> str:
+def _header(env: dict, repeat: int, note: str, detectors: list[str] = ()) -> str:
+    extra = "".join(f" --detector {d}" for d in detectors)
     return (f"# Time to the first answer of `halluprobe predict` (CPU, {env['date']})\n\n"
-            f"Command: `uv run python benchmarks/predict_latency.py --repeat {repeat}`. {env['cpu']}, Python "
-            f"{env['python']}, torch {env['torch']}, transformers {env['transformers']}, bytecode cache "
-            f"{env['bytecode_cache']}. {note}").rstrip()  # fmt: skip
+            f"Command: `uv run python benchmarks/predict_latency.py --repeat {repeat}{extra}`. "
+            f"{env['cpu']}, Python {env['python']}, torch {env['torch']}, transformers "
+            f"{env['transformers']}, bytecode cache {env['bytecode_cache']}. {note}").rstrip()  # fmt: skip
 
 
 def _read(out: Path) -> tuple[dict, list[dict]]:
@@ -136,13 +169,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--detector",
+        action="append",
+        default=[],
+        help="a saved detector folder timed beside the packaged one (Python API rows)",
+    )
     p.add_argument("--note", default="", help="how loaded the machine was (written under the table)")
     p.add_argument("--rerender", action="store_true", help="only rewrite the Markdown from the CSV")
     args = p.parse_args()
     if args.rerender:
         env, rows = _read(args.out)
     else:
-        rows = measure(args.repeat)
+        rows = measure(args.repeat, args.detector)
         from importlib.metadata import version
 
         env = {
@@ -156,7 +195,9 @@ def main() -> None:
             w = csv.DictWriter(f, [*env, "case", "run", "seconds", "forward_s"])
             w.writeheader()
             w.writerows({**env, **r} for r in rows)
-    (args.out / "predict_latency.md").write_text(markdown(rows, _header(env, args.repeat, args.note)))
+    (args.out / "predict_latency.md").write_text(
+        markdown(rows, _header(env, args.repeat, args.note, args.detector))
+    )
     print((args.out / "predict_latency.md").read_text())
 
 
