@@ -84,6 +84,8 @@ FAMILIES = (2048, 32768, 512)
 """The families table's short and long context and answer length the home page quotes."""
 MARGIN = 0.03
 """A held-out source where the packaged detector is this much above the overlap floor is "well above"."""
+REPLACE_MARGIN = 0.02
+"""How much a candidate's mean held-out AUROC must beat the packaged recipe's to replace it."""
 
 
 def kernel_facts() -> dict[str, str]:
@@ -227,6 +229,28 @@ def packaged_facts() -> dict[str, str]:
     }  # fmt: skip
 
 
+def reader_facts() -> dict[str, str]:
+    """The fine-tuned reader's transfer rows beside the packaged recipe's, on the reader's sources.
+
+    ``transfer_reader/transfer.csv`` for the reader, ``transfer/transfer.csv`` for the recipe; the means
+    are over the held-out sources the reader was scored on.
+    """
+    reader = _csv("transfer_reader/transfer.csv")
+    scored = {r["source"] for r in reader if r["method"] == "reader"}
+    chosen = json.loads((RESULTS / "general_detector_training.json").read_text(encoding="utf-8"))["candidate"]
+
+    def mean(rows: list[dict[str, str]], method: str) -> str:
+        values = [float(r["auroc"]) for r in rows if r["method"] == method and r["source"] in scored]
+        return f"{sum(values) / len(values):.3f}"
+
+    return {
+        "reader_sources": WORDS[len(scored)], "reader_auroc": mean(reader, "reader"),
+        "oreader_auroc": mean(reader, "O+reader"),
+        "reader_packaged_auroc": mean(_csv("transfer/transfer.csv"), chosen.split("@")[0]),
+        "replace_margin": f"{REPLACE_MARGIN:g}",
+    }  # fmt: skip
+
+
 def source_rows() -> str:
     """The packaged detector's training sources: answers and hallucinated ones (``transfer/transfer.csv``)."""
     dropped = {r["source"]: r["dropped"] for r in _csv("transfer/sources.csv")}
@@ -241,7 +265,7 @@ def facts() -> dict[str, str]:
     """Every figure of the rendered pages, by placeholder name."""
     return {
         **kernel_facts(), **accuracy_facts(), **family_facts(), **cost_facts(), **detection_facts(),
-        **packaged_facts(), "source_rows": source_rows(),
+        **packaged_facts(), **reader_facts(), "source_rows": source_rows(),
     }  # fmt: skip
 
 

@@ -60,3 +60,12 @@ def test_the_transfer_page_holds_the_recorded_run_verbatim():
     assert script.IMAGE.read_bytes() == (script.RUN / "reliability.png").read_bytes()
     with pytest.raises(ValueError, match="lacks the markers"):
         script.render("no markers here", recorded)
+
+
+def test_the_transfer_page_holds_the_recorded_reader_run_verbatim():
+    script = _script("transfer_page")
+    page = script.PAGE.read_text(encoding="utf-8")
+    recorded = (script.READER_RUN / "transfer.md").read_text(encoding="utf-8")
+    assert script.render(page, recorded, script.READER_START, script.READER_END) == page
+    block = page.split(script.READER_START)[1].split(script.READER_END)[0]
+    assert "| O+reader | reader |" in block and "| overlap floor | floor |" in block

@@ -182,12 +182,14 @@ class TransferTable:
         head = ("method", "kind", "mean AUROC", "mean Δ floor", f"≥ floor+{FLOOR_MARGIN}", "mean F1",
                 "mean best F1", f"F1 within {F1_MARGIN}", "mean batch F1", f"batch F1 within {F1_MARGIN}",
                 "pooled ECE", "false alarms", "recall")  # fmt: skip
-        body = [
-            (s.method, s.kind, s.mean_auroc, f"{s.mean_delta_floor:+.3f}", f"{s.beats_floor}/{n}", s.mean_f1,
-             s.mean_best_f1, f"{s.f1_transfers}/{n}", s.mean_batch_f1, f"{s.batch_f1_transfers}/{n}",
-             s.pooled_ece, s.pooled_false_alarm_rate, s.pooled_recall)
-            for s in self.summary()
+        summary = self.summary()
+        body = [  # counts are over the sources a method was scored on (fewer for a run cut short)
+            (s.method, s.kind, s.mean_auroc, f"{s.mean_delta_floor:+.3f}", f"{s.beats_floor}/{s.sources}",
+             s.mean_f1, s.mean_best_f1, f"{s.f1_transfers}/{s.sources}", s.mean_batch_f1,
+             f"{s.batch_f1_transfers}/{s.sources}", s.pooled_ece, s.pooled_false_alarm_rate, s.pooled_recall)
+            for s in summary
         ]  # fmt: skip
+        partial = [s for s in summary if s.sources < n]
         idx = {(r.method, r.source): r for r in self.rows}
         matrix = [
             (m, *(f"{idx[m, s].auroc:.3f} ({idx[m, s].delta_floor:+.3f})" if (m, s) in idx else "-"
@@ -206,12 +208,30 @@ class TransferTable:
             "",
             markdown_table(head, body),
             "",
+            *(
+                [
+                    f"Scored on fewer sources than the table ({n}): "
+                    + "; ".join(
+                        f"{s.method} on {s.sources} (no {', '.join(self._missing(s.method))})"
+                        for s in partial
+                    )
+                    + ". Their means and counts are over those sources only; compare them per source below.",
+                    "",
+                ]
+                if partial
+                else []
+            ),  # fmt: skip
             "AUROC (Δ floor) per held-out source:",
             "",
             markdown_table(("method", *self.sources), matrix),
             "",
         ]
         return "\n".join(lines)
+
+    def _missing(self, method: str) -> list[str]:
+        """Held-out sources of the table with no row of ``method``."""
+        have = {r.source for r in self.rows if r.method == method}
+        return [s for s in self.sources if s not in have]
 
     def to_csv(self) -> str:
         """One CSV row per (source, method), every `TransferRow` field (intervals as two columns)."""

@@ -166,11 +166,25 @@ class _TransferFitted:
 
 def _reader_fitters(o: TrainOptions, inputs: Inputs) -> list:
     """The reader's rows: fine-tuned here (``reader``) or read back (``reader_scores``); else none."""
-    from halluprobe.reader._transfer import fold_scores, read_fold_scores, reader_fitter, write_fold_scores
+    from halluprobe.reader._transfer import (
+        fold_scores,
+        missing_folds,
+        read_fold_scores,
+        reader_fitter,
+        write_fold_scores,
+    )
 
     t = o.transfer
     if t.reader_scores is not None:
-        return [reader_fitter(read_fold_scores(t.reader_scores))]
+        folds = read_fold_scores(t.reader_scores)
+        sources = list(dict.fromkeys(e.source for ds in inputs.datasets for e in ds))
+        missing = missing_folds(folds, sources)
+        if missing:
+            clikit.status(
+                f"warning: {t.reader_scores} has no reader for held-out {', '.join(missing)}: the rows "
+                f"reader and O+reader cover {len(sources) - len(missing)} of {len(sources)} sources"
+            )
+        return [reader_fitter(folds)]
     if not t.reader:
         return []
     from halluprobe.reader._settings import ReaderSettings

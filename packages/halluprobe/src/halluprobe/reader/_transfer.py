@@ -21,7 +21,10 @@ import numpy as np
 
 from halluprobe.reader._settings import ReaderSettings
 
-__all__ = ["fold_scores", "held_out_aurocs", "read_fold_scores", "reader_fitter", "write_fold_scores"]
+__all__ = [
+    "fold_scores", "held_out_aurocs", "missing_folds", "read_fold_scores", "reader_fitter",
+    "write_fold_scores",
+]  # fmt: skip
 
 READER_ROWS = ("reader", "O+reader")
 """Method names of the reader's rows in a transfer table."""
@@ -114,7 +117,9 @@ def reader_fitter(folds: Mapping[str, Mapping[str, Any]]):
     """A transfer fitter (`halluprobe.evaluation.Fitter`) of the rows ``reader`` and ``O+reader``.
 
     Each fold reads the scores of its held-out source's reader: the one source absent from both the
-    fold's training and validation pools.
+    fold's training and validation pools. A held-out source the scores have no fold for (a run cut
+    short) gets no reader rows: the table shows its cells as missing and counts the rows' means over
+    the sources they have (`missing_folds` names such sources beforehand).
     """
     from halubench_data.grounding import overlap_score
 
@@ -123,6 +128,8 @@ def reader_fitter(folds: Mapping[str, Mapping[str, Any]]):
     def fit(train, validation):
         seen = set(train.sources) | set(validation.sources)
         held = [s for s in folds if s not in seen]
+        if not held:
+            return {}  # no reader was fitted for this held-out source
         if len(held) != 1:
             raise ValueError(
                 f"reader scores: expected one held-out source among {sorted(folds)}, found {held}"
@@ -147,6 +154,20 @@ def reader_fitter(folds: Mapping[str, Mapping[str, Any]]):
         }
 
     return fit
+
+
+def missing_folds(folds: Mapping[str, Any], sources: Sequence[str]) -> list[str]:
+    """The ``sources`` that ``folds`` has no fold for, in order (ValueError for a fold of no source).
+
+    Raises:
+        ValueError: a fold names a source that is not among ``sources`` (scores of other datasets).
+    """
+    unknown = sorted(set(folds) - set(sources))
+    if unknown:
+        raise ValueError(
+            f"reader scores have folds for sources not in the datasets: {unknown} (datasets: {list(sources)})"
+        )
+    return [s for s in sources if s not in folds]
 
 
 def held_out_aurocs(
