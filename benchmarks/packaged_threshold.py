@@ -36,8 +36,8 @@ RULES = ("mean-f1", "calibrated-0.5", "false-alarm@0.2", "false-alarm@0.1")
 FIELDS = ("source", "split", "id", "label", "probability")
 
 
-def score(data: Path, out: Path, device: str, batch_size: int) -> None:
-    """Append the packaged detector's probabilities of every validation and test answer not yet scored."""
+def score(data: Path, out: Path, device: str, batch_size: int, splits: tuple[str, ...]) -> None:
+    """Append the packaged detector's probabilities of the ``splits``' answers not yet scored."""
     import halluprobe
     import halubench_data as hd
 
@@ -47,7 +47,7 @@ def score(data: Path, out: Path, device: str, batch_size: int) -> None:
         with path.open(newline="") as f:
             done = {r["id"] for r in csv.DictReader(f)}
     examples = [e for s in SOURCES for e in hd.load(str(data / f"{s}.jsonl"))]
-    todo = [e for e in examples if e.split in ("validation", "test") and e.id not in done]
+    todo = [e for w in splits for e in examples if e.split == w and e.id not in done]
     det = halluprobe.load()
     new = not path.is_file()
     with path.open("a", newline="") as f:
@@ -127,11 +127,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--splits", default="validation,test", help="the splits to score, in this order")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the report from the CSV")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        score(args.data, args.out, args.device, args.batch_size)
+        score(args.data, args.out, args.device, args.batch_size, tuple(args.splits.split(",")))
     import torch
 
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
