@@ -111,6 +111,14 @@ def test_general_flags_are_checked_before_the_proxy_loads(tmp_path, capsys):
             "--toha does not apply",
         ),
         (["train", "--dataset", spec, "--cache", str(tmp_path)], "--cache applies to --general only"),
+        (
+            ["train", "--dataset", spec, "--threshold-rule", "mean-f1"],
+            "--threshold-rule applies to --general",
+        ),
+        (
+            ["train", "--general", "--dataset", spec, "--dataset", "default", "--threshold-rule", "f1"],
+            "--threshold-rule: threshold rule must be one of",
+        ),
         (["train", "--general", "--dataset", spec, "--dataset", "default", "--feature-sets", "GQ"], "GQ"),
     ]
     for argv, message in cases:

@@ -116,9 +116,30 @@ def test_calibration_matches_the_weighted_base_rate_and_the_threshold_is_chosen(
     by = {s: src == s for s in range(3)}
     assert fit.threshold == transfer_threshold(
         {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
-    )
+    )  # the default rule: best mean F1
+    assert "threshold_false_alarm_rate" not in fit.selection
     a, b = result.calibration
     assert (fit.selection["calibration_slope"], fit.selection["calibration_intercept"]) == (a, b)
+
+
+def test_the_threshold_rule_is_an_option(sources):
+    from halluprobe.training._calibration import transfer_threshold
+
+    datasets, records = sources
+    result = _fit(sources, threshold_rule="false-alarm@0.2")
+    fit = result.detector.probe_
+    val = [r for ds in datasets for r in records[ds.name]["validation"]]
+    y = np.concatenate([ds.validation.labels for ds in datasets])
+    src = np.repeat(np.arange(3), [len(ds.validation) for ds in datasets])
+    p = fit.predict_proba(val)[:, 1]
+    by = {s: src == s for s in range(3)}
+    probs, labels = {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
+    assert fit.threshold == transfer_threshold(probs, labels, "false-alarm@0.2")
+    # at most 20 % of each source's supported answers flagged, on average
+    assert np.mean([np.mean(probs[s][labels[s] == 0] >= fit.threshold) for s in by]) <= 0.2
+    assert fit.selection["threshold_false_alarm_rate"] == 0.2
+    with pytest.raises(ValueError, match="threshold rule must be one of"):
+        _fit(sources, threshold_rule="false-alarm@2")
 
 
 def test_training_twice_gives_byte_identical_detectors(sources, tmp_path):

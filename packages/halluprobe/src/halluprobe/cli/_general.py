@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def add_general_args(p) -> None:
-    """Adds ``--general`` and ``--cache`` to the ``train`` parser ``p``."""
+    """Adds ``--general`` and its options (``--jobs``, ``--threshold-rule``, ``--cache``) to ``p``."""
     p.add_argument(
         "--general", action="store_true",
         help="train one general detector on every --dataset (repeat the flag): equal weight per source, "
@@ -17,6 +17,13 @@ def add_general_args(p) -> None:
         "--jobs", type=int, default=None,
         help="--general: held-out sources fitted at once, each in its own process (default 1; the detector "
         "is the same)",
+    )  # fmt: skip
+    p.add_argument(
+        "--threshold-rule", default=None, metavar="RULE",
+        help="--general: how the threshold is chosen on the validation splits: mean-f1 (default: the best "
+        "mean F1 over sources), false-alarm@R (the lowest threshold that flags at most the share R of each "
+        "source's supported answers, on average; for a detector called one answer at a time) or "
+        "calibrated-0.5",
     )  # fmt: skip
     p.add_argument(
         "--cache", action="append", type=Path, default=None, metavar="DIR",

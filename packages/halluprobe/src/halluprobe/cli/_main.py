@@ -170,6 +170,7 @@ def train_options(args):
         published=not args.no_published, toha=args.toha, token_probe=args.token_probe,
         token_view=args.token_view, token_cv=args.token_cv, a7_selection=args.a7_selection,
         l9_selection=args.l9_selection, caches=tuple(args.cache or ()), jobs=args.jobs,
+        threshold_rule=args.threshold_rule,
     )  # fmt: skip
 
 

@@ -94,6 +94,7 @@ SELECTION_RANGES: dict[str, tuple[float | None, float | None]] = {
     "overlap_weight": (0.0, 1.0),
     "probe_weight": (0.0, 1.0),
     "calibration_slope": (1e-6, None),  # a slope <= 0 would turn the detector's ranking upside down
+    "threshold_false_alarm_rate": (0.0, 1.0),
     "K": (1.0, None),
     "k": (1.0, None),
 }

@@ -142,6 +142,7 @@ def fit_general_stage(o: TrainOptions, inputs: Inputs, x: Extraction | None) -> 
         inputs.datasets, records, head_order=x.head_order(),
         feature_sets=o.feature_sets or GENERAL_FEATURE_SETS,
         progress=clikit.status, jobs=o.jobs or 1, **inputs.selections,
+        **({"threshold_rule": o.threshold_rule} if o.threshold_rule is not None else {}),
     )  # fmt: skip
     ext = x.extractor
     det = Detector.from_probe(

@@ -42,8 +42,8 @@ def fit_general(
         proxy: Proxy id saved with the detector (None: the default SmolLM2).
         layers: Scored layers of the records (None: all).
         hidden_layers: Hidden layers of the records (as the extraction kept them).
-        **kwargs: ``feature_sets``, ``seed``, ``a7_features``, ``l9_features``, ``progress``, ``jobs`` of
-            `fit_general_probe`.
+        **kwargs: ``feature_sets``, ``seed``, ``a7_features``, ``l9_features``, ``progress``, ``jobs``,
+            ``threshold_rule`` of `fit_general_probe`.
 
     Raises:
         ValueError: as `fit_general_probe`.

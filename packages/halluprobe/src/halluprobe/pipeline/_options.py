@@ -139,6 +139,9 @@ class TrainOptions:
     """Other feature-cache folders whose records are reused (``"general"`` only)."""
     jobs: int | None = None
     """Held-out sources fitted at once (``"general"``, ``"transfer"``; None: 1)."""
+    threshold_rule: str | None = None
+    """How a general detector's threshold is chosen (``"general"`` only; None:
+    `halluprobe.training._general.GENERAL_THRESHOLD_RULE`)."""
     transfer: TransferOptions = field(default_factory=TransferOptions)
     """The options of ``"transfer"``."""
     finetune: FinetuneOptions = field(default_factory=FinetuneOptions)
@@ -193,6 +196,14 @@ def _check_mode(o: TrainOptions) -> None:
         "several --dataset need --general (one detector from several sources)",
     )
     _usage(dataset and bool(o.caches), "--cache applies to --general only")
+    _usage(not general and o.threshold_rule is not None, "--threshold-rule applies to --general only")
+    if o.threshold_rule is not None:
+        from halluprobe.training._thresholds import check_threshold_rule
+
+        try:
+            check_threshold_rule(o.threshold_rule)
+        except ValueError as exc:
+            _usage(True, f"--threshold-rule: {exc}")
     for flag, given in (("--toha", o.toha), ("--token-probe", o.token_probe), ("--token-cv", o.token_cv),
                         ("--no-published", not o.published)):  # fmt: skip
         _usage(general and bool(given), f"{flag} does not apply with --general")

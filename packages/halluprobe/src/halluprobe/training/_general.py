@@ -172,13 +172,20 @@ def fit_weighted(
                     float(c), 0.5, float(score))  # fmt: skip
 
 
-def calibrate(fit: ProbeFit, va: _Pool) -> tuple[float, float]:
+GENERAL_THRESHOLD_RULE = "mean-f1"
+"""How a general detector's threshold is chosen on the validation splits by default: the best mean F1
+over the sources (`halluprobe.training._thresholds` has the other rules). ``false-alarm@R`` keeps a
+detector called one answer at a time from calling most supported answers hallucinated, which the
+mean-F1 threshold does on sources with few hallucinations."""
+
+
+def calibrate(fit: ProbeFit, va: _Pool, threshold_rule: str = GENERAL_THRESHOLD_RULE) -> tuple[float, float]:
     """Platt-scale ``fit`` on ``va`` and fold it in, then set the transfer threshold; returns ``(a, b)``.
 
     The calibration and the threshold are `halluprobe.training._calibration`'s: a `Calibrator` fitted on the
-    probe's validation logits with every source weighing the same, and `transfer_threshold` (the
-    highest mean per-source validation F1, ties to the higher threshold). After the call
-    ``fit.predict_proba`` gives ``sigmoid(a * logit + b)`` of the old logit.
+    probe's validation logits with every source weighing the same, and `transfer_threshold` under
+    ``threshold_rule`` (default `GENERAL_THRESHOLD_RULE`). After the call ``fit.predict_proba`` gives
+    ``sigmoid(a * logit + b)`` of the old logit.
     """
     from halluprobe.training._calibration import (
         Calibrator,
@@ -197,7 +204,7 @@ def calibrate(fit: ProbeFit, va: _Pool) -> tuple[float, float]:
     p = fit.predict_proba(va.records)[:, 1]
     by = {s: np.flatnonzero(va.source == s) for s in np.unique(va.source)}
     fit.threshold = transfer_threshold(
-        {str(s): p[i] for s, i in by.items()}, {str(s): va.y[i] for s, i in by.items()}
+        {str(s): p[i] for s, i in by.items()}, {str(s): va.y[i] for s, i in by.items()}, threshold_rule
     )
     check_collapse(p, fit.threshold, what="general detector")
     return cal.a_, cal.b_
@@ -315,6 +322,7 @@ def fit_general_probe(
     l9_features: tuple[str, ...] = L9_SELECTION,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    threshold_rule: str = GENERAL_THRESHOLD_RULE,
 ) -> GeneralProbe:
     """Fit a general probe on several sources (the recipe in this module's docstring).
 
@@ -332,11 +340,17 @@ def fit_general_probe(
         l9_features: L9's features (default the packaged selection).
         progress: Told about each step (``message -> None``).
         jobs: Held-out sources fitted at once (forked worker processes); the detector is the same.
+        threshold_rule: How the threshold is chosen on the validation splits (default
+            `GENERAL_THRESHOLD_RULE`; `halluprobe.training._thresholds.THRESHOLD_RULES`). A
+            ``false-alarm@R`` rule is kept in the selection as ``threshold_false_alarm_rate``.
 
     Raises:
         ValueError: fewer than two sources, duplicate names, a split with one label, records that do
-            not match their examples, or an unknown feature set.
+            not match their examples, an unknown feature set or threshold rule.
     """
+    from halluprobe.training._thresholds import check_threshold_rule
+
+    check_threshold_rule(threshold_rule)
     note = progress or (lambda msg: None)
     sets = list(dict.fromkeys(feature_sets))
     for fs in sets:
@@ -359,8 +373,9 @@ def fit_general_probe(
     fit = fit_weighted(fs, heads, k, tr, va, **kw)
     if anchored:
         fit = anchor(fit, tr.records, tr.y, float(weight))
-    a, b = calibrate(fit, va)
+    a, b = calibrate(fit, va, threshold_rule)
     used = parse_feature_set(fs)
+    head, _, rate = threshold_rule.partition("@")
     fit.selection = {
         **fit.selection,
         **({"K": float(len(heads))} if "A7" in used else {}),
@@ -368,5 +383,6 @@ def fit_general_probe(
         "loso_auroc": float(means[chosen]),
         "calibration_slope": a,
         "calibration_intercept": b,
+        **({"threshold_false_alarm_rate": float(rate)} if head == "false-alarm" else {}),
     }
     return GeneralProbe(fit, fit.feature_set, table, names, (a, b), chosen)
