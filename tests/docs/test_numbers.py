@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIX = "regenerate with `uv run python docs/scripts/numbers.py` (edit docs/scripts/templates/, not the page)"
+FIX = "regenerate with `uv run python docs/scripts/page_numbers.py` (edit docs/scripts/templates/, not the page)"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("docs_numbers", ROOT / "docs" / "scripts" / "numbers.py")
+    spec = importlib.util.spec_from_file_location("docs_numbers", ROOT / "docs" / "scripts" / "page_numbers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -45,7 +45,7 @@ def test_no_template_types_a_figure_by_hand(name):
     prose = _prose((numbers.TEMPLATES / f"{name}.md.tmpl").read_text(encoding="utf-8"))
     figures = [m.group(0) for m in FIGURE.finditer(prose)]
     typed = [f for f in figures if f not in ALLOWED and not re.fullmatch(r"\d", f)]
-    assert typed == [], f"put these through a placeholder of docs/scripts/numbers.py: {typed}"
+    assert typed == [], f"put these through a placeholder of docs/scripts/page_numbers.py: {typed}"
 
 
 def test_the_headline_is_the_packaged_detectors_recorded_mean(tmp_path):
