@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIX = "regenerate with `uv run python docs/scripts/page_numbers.py` (edit docs/scripts/templates/, not the page)"
+FIX = "regenerate with `uv run python docs/scripts/page_numbers.py` (edit docs/scripts/templates/)"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("docs_numbers", ROOT / "docs" / "scripts" / "page_numbers.py")
+    spec = importlib.util.spec_from_file_location(
+        "docs_numbers", ROOT / "docs" / "scripts" / "page_numbers.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
