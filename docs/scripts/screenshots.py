@@ -39,6 +39,7 @@ PAGES = {
     "results-performance": "results/performance/#what-you-pay-per-model-family-and-length",
     "reproduce": "results/reproduce/#tables",
     "results-reproducibility": "results/performance/#reproducibility",
+    "results-transfer-reader": "results/transfer/#the-fine-tuned-reader",
 }
 
 
