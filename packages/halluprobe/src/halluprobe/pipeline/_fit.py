@@ -134,15 +134,20 @@ class _GeneralFitted:
 def fit_general_stage(o: TrainOptions, inputs: Inputs, x: Extraction | None) -> Fitted:
     """One general detector from several sources (``halluprobe train --general``)."""
     from halluprobe.detectors._detector import Detector
-    from halluprobe.training._general import GENERAL_FEATURE_SETS, SPLITS, fit_general_probe
+    from halluprobe.training._general import (
+        GENERAL_FEATURE_SETS,
+        GENERAL_THRESHOLD_RULE,
+        SPLITS,
+        fit_general_probe,
+    )
 
     assert x is not None
     records = {ds.name: {s: x.split(ds.split(s).examples) for s in SPLITS} for ds in inputs.datasets}
     g = fit_general_probe(
         inputs.datasets, records, head_order=x.head_order(),
         feature_sets=o.feature_sets or GENERAL_FEATURE_SETS,
-        progress=clikit.status, jobs=o.jobs or 1, **inputs.selections,
-        **({"threshold_rule": o.threshold_rule} if o.threshold_rule is not None else {}),
+        progress=clikit.status, jobs=o.jobs or 1,
+        threshold_rule=o.threshold_rule or GENERAL_THRESHOLD_RULE, **inputs.selections,
     )  # fmt: skip
     ext = x.extractor
     det = Detector.from_probe(
