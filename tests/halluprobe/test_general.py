@@ -114,10 +114,11 @@ def test_calibration_matches_the_weighted_base_rate_and_the_threshold_is_chosen(
     from halluprobe.training._calibration import transfer_threshold
 
     by = {s: src == s for s in range(3)}
-    assert fit.threshold == transfer_threshold(
-        {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
-    )  # the default rule: best mean F1
-    assert "threshold_false_alarm_rate" not in fit.selection
+    probs, labels = {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
+    # the default rule: at most 20 % of each source's supported answers flagged, on average
+    assert fit.threshold == transfer_threshold(probs, labels, "false-alarm@0.2")
+    assert np.mean([np.mean(probs[s][labels[s] == 0] >= fit.threshold) for s in by]) <= 0.2
+    assert fit.selection["threshold_false_alarm_rate"] == 0.2
     a, b = result.calibration
     assert (fit.selection["calibration_slope"], fit.selection["calibration_intercept"]) == (a, b)
 
@@ -126,7 +127,7 @@ def test_the_threshold_rule_is_an_option(sources):
     from halluprobe.training._calibration import transfer_threshold
 
     datasets, records = sources
-    result = _fit(sources, threshold_rule="false-alarm@0.2")
+    result = _fit(sources, threshold_rule="mean-f1")
     fit = result.detector.probe_
     val = [r for ds in datasets for r in records[ds.name]["validation"]]
     y = np.concatenate([ds.validation.labels for ds in datasets])
@@ -134,12 +135,39 @@ def test_the_threshold_rule_is_an_option(sources):
     p = fit.predict_proba(val)[:, 1]
     by = {s: src == s for s in range(3)}
     probs, labels = {s: p[m] for s, m in by.items()}, {s: y[m] for s, m in by.items()}
-    assert fit.threshold == transfer_threshold(probs, labels, "false-alarm@0.2")
-    # at most 20 % of each source's supported answers flagged, on average
-    assert np.mean([np.mean(probs[s][labels[s] == 0] >= fit.threshold) for s in by]) <= 0.2
-    assert fit.selection["threshold_false_alarm_rate"] == 0.2
+    assert fit.threshold == transfer_threshold(probs, labels, "mean-f1")  # the best mean F1
+    assert "threshold_false_alarm_rate" not in fit.selection
     with pytest.raises(ValueError, match="threshold rule must be one of"):
         _fit(sources, threshold_rule="false-alarm@2")
+
+
+def test_rethreshold_equals_fitting_with_that_rule(sources, tmp_path):
+    from halluprobe.training._rethreshold import rethreshold
+
+    datasets, records = sources
+    plain = _fit(sources, threshold_rule="mean-f1").detector
+    val = [r for ds in datasets for r in records[ds.name]["validation"]]
+    y = np.concatenate([ds.validation.labels for ds in datasets])
+    src = np.repeat([ds.name for ds in datasets], [len(ds.validation) for ds in datasets])
+    p = plain.probe_.predict_proba(val)[:, 1]
+    probs = {s: p[src == s] for s in set(src)}
+    labels = {s: y[src == s] for s in set(src)}
+    before = plain.probe_.threshold
+    moved = rethreshold(plain, probs, labels, "false-alarm@0.2")
+    assert plain.probe_.threshold == before and "threshold_false_alarm_rate" not in plain.probe_.selection
+    # the same detector, byte for byte, as a fit that chose its threshold by that rule
+    direct = _fit(sources).detector  # the default rule
+    a, b = moved.save(tmp_path / "moved"), direct.save(tmp_path / "direct")
+    for name in ("detector.json", "detector.safetensors"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    back = rethreshold(Detector.load(a), probs, labels, "mean-f1")
+    assert back.probe_.threshold == before and "threshold_false_alarm_rate" not in back.probe_.selection
+    with pytest.raises(ValueError, match="one label per probability"):
+        rethreshold(plain, probs, {s: labels[s][:-1] for s in labels}, "mean-f1")
+    with pytest.raises(ValueError, match="threshold rule must be one of"):
+        rethreshold(plain, probs, labels, "f1")
+    with pytest.raises(ValueError, match="fitted detector"):
+        rethreshold(Detector(), probs, labels, "mean-f1")
 
 
 def test_training_twice_gives_byte_identical_detectors(sources, tmp_path):
