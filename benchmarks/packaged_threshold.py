@@ -13,11 +13,11 @@ The packaged detector was trained on these sources' training splits: the test an
 never saw, of sources it did (the held-out-source view is ``halluprobe transfer``'s).
 
 The probabilities are kept in ``OUT/probabilities.csv`` as they come (a run stopped early resumes
-there; each split's supported answers come first, as the false-alarm rules read only those);
-``--report-only`` rewrites the report from that file, ``--previous T`` adds a row for an earlier
-threshold, and ``--write NEW_DIR`` saves the packaged detector with its threshold chosen by ``--rule``
-(default ``false-alarm@0.2``) on these validation probabilities
-(`halluprobe.training._rethreshold.rethreshold`; the weights stay).
+there). The supported validation answers come first, as the false-alarm rules read only those; then
+the rest of the validation split, then the other splits source by source. ``--report-only`` rewrites
+the report from that file, ``--previous T`` adds a row for an earlier threshold, and ``--write NEW_DIR``
+saves the packaged detector with its threshold chosen by ``--rule`` (default ``false-alarm@0.2``) on
+these validation probabilities (`halluprobe.training._rethreshold.rethreshold`; the weights stay).
 
 Usage: ``uv run python benchmarks/packaged_threshold.py --data DIR --out OUT [--device cpu]``
 """
@@ -51,11 +51,10 @@ def score(data: Path, out: Path, device: str, batch_size: int, splits: tuple[str
         with path.open(newline="") as f:
             done = {r["id"] for r in csv.DictReader(f)}
     examples = [e for s in SOURCES for e in hd.load(str(data / f"{s}.jsonl"))]
-    # per split, the supported answers first: they alone set the false-alarm rules' thresholds
-    todo = [
-        e for w in splits for lab in (0, 1) for e in examples
-        if e.split == w and e.label == lab and e.id not in done
-    ]  # fmt: skip
+    # validation: the supported answers first (they alone set the false-alarm rules' thresholds);
+    # the other splits: one source after the other (a source's rates need both of its labels)
+    todo = [e for w in splits for e in examples if e.split == w and e.id not in done]
+    todo.sort(key=lambda e: (splits.index(e.split), e.label if e.split == "validation" else 0))
     det = halluprobe.load()
     new = not path.is_file()
     with path.open("a", newline="") as f:

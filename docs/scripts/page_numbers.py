@@ -226,7 +226,6 @@ def packaged_facts() -> dict[str, str]:
         "insrc_packaged": insrc["packaged general detector"]["test AUROC [95% CI]"].split()[0],
         "insrc_best": insrc["GCA7H64"]["test AUROC [95% CI]"].split()[0],
         "insrc_floor": insrc["grounding floor"]["test AUROC [95% CI]"].split()[0],
-        "insrc_precision": f"{float(insrc['packaged general detector']['precision']):.2f}",
         "insrc_n": re.search(r"(\d+) validation, (\d+) test", full).group(2),
     }  # fmt: skip
 
@@ -253,6 +252,43 @@ def reader_facts() -> dict[str, str]:
     }  # fmt: skip
 
 
+def threshold_facts() -> dict[str, str]:
+    """The packaged threshold's rule (``detector.json``) and its false alarms (``packaged_threshold.md``).
+
+    The page describes a ``false-alarm@R`` threshold: a packaged detector chosen by another rule, or a
+    report of another threshold than the packaged one, is an error to fix before the page is rendered.
+    """
+    det = json.loads(PACKAGED.read_text(encoding="utf-8"))
+    rate = det["selection"].get("threshold_false_alarm_rate")
+    if rate is None:
+        raise ValueError(
+            "the packaged-detector page describes a false-alarm@R threshold; detector.json has none"
+        )
+    text = (RESULTS / "packaged_threshold.md").read_text(encoding="utf-8")
+    rules = {r["threshold rule"]: r for r in md_table(text, "threshold rule")}
+    shipped, before = rules["shipped"], rules["previously shipped"]
+    if shipped["threshold"] != f"{det['threshold']:.3f}":
+        raise ValueError(
+            f"packaged_threshold.md reports threshold {shipped['threshold']}, detector.json holds "
+            f"{det['threshold']:.3f}: rerun benchmarks/packaged_threshold.py --report-only"
+        )
+    sources = re.search(r"Test splits of (\d+) sources", text).group(1)
+    per = {r["source"]: r for r in md_table(text, "source")}
+    qa_fa, qa_recall = (f"{float(v):.2f}" for v in per["ragtruth_qa"]["shipped"].split(" / "))
+
+    def pct(cell: str) -> str:
+        return f"{float(cell) * 100:.0f} %"
+
+    return {
+        "fa_rule": f"false-alarm@{rate:g}", "fa_share": pct(str(rate)),
+        "fa_sources": WORDS[int(sources)],
+        "fa_test": pct(shipped["false alarms (pooled)"]), "fa_recall": pct(shipped["recall (pooled)"]),
+        "fa_before_threshold": before["threshold"], "fa_before": pct(before["false alarms (pooled)"]),
+        "fa_before_recall": pct(before["recall (pooled)"]),
+        "fa_qa": qa_fa, "fa_qa_recall": qa_recall,
+    }  # fmt: skip
+
+
 def source_rows() -> str:
     """The packaged detector's training sources: answers and hallucinated ones (``transfer/transfer.csv``)."""
     dropped = {r["source"]: r["dropped"] for r in _csv("transfer/sources.csv")}
@@ -267,7 +303,7 @@ def facts() -> dict[str, str]:
     """Every figure of the rendered pages, by placeholder name."""
     return {
         **kernel_facts(), **accuracy_facts(), **family_facts(), **cost_facts(), **detection_facts(),
-        **packaged_facts(), **reader_facts(), "source_rows": source_rows(),
+        **packaged_facts(), **reader_facts(), **threshold_facts(), "source_rows": source_rows(),
     }  # fmt: skip
 
 
