@@ -274,10 +274,11 @@ def threshold_facts() -> dict[str, str]:
         )
     sources = re.search(r"Test splits of (\d+) sources", text).group(1)
     per = {r["source"]: r for r in md_table(text, "source")}
-    qa_fa, qa_recall = (f"{float(v):.2f}" for v in per["ragtruth_qa"]["shipped"].split(" / "))
 
     def pct(cell: str) -> str:
         return f"{float(cell) * 100:.0f} %"
+
+    qa_fa, qa_recall = (pct(v) for v in per["ragtruth_qa"]["shipped"].split(" / "))
 
     return {
         "fa_rule": f"false-alarm@{rate:g}", "fa_share": pct(str(rate)),
