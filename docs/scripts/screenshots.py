@@ -40,6 +40,7 @@ PAGES = {
     "reproduce": "results/reproduce/#tables",
     "results-reproducibility": "results/performance/#reproducibility",
     "results-transfer-reader": "results/transfer/#the-fine-tuned-reader",
+    "packaged-threshold": "guide/packaged-detector/#calibration",
 }
 
 
