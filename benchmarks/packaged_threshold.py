@@ -89,10 +89,11 @@ def _read(out: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def validation(out: Path, totals: dict[tuple[str, str, int], int]) -> tuple[dict, dict, bool, bool]:
-    """The validation probabilities and labels by source, and whether every supported validation
-    answer (the false-alarm rules need those) and every validation answer (the others) is scored."""
-    prob, lab, src, split = _read(out)
+def validation(scored: tuple, totals: dict[tuple[str, str, int], int]) -> tuple[dict, dict, bool, bool]:
+    """The validation probabilities and labels by source of ``scored`` (`_read`), and whether every
+    supported validation answer (the false-alarm rules need those) and every validation answer (the
+    others) is scored."""
+    prob, lab, src, split = scored
     v = split == "validation"
     probs = {s: prob[v & (src == s)] for s in SOURCES if np.any(v & (src == s))}
     labels = {s: lab[v & (src == s)] for s in probs}
@@ -110,8 +111,9 @@ def report(out: Path, header: str, totals: dict[tuple[str, str, int], int], prev
     import halluprobe
     from halluprobe.training._calibration import transfer_threshold
 
-    prob, lab, src, split = _read(out)
-    val_p, val_y, supported_done, all_done = validation(out, totals)
+    scored = _read(out)
+    prob, lab, src, split = scored
+    val_p, val_y, supported_done, all_done = validation(scored, totals)
     thresholds = {"shipped": float(halluprobe.load().probe_.threshold)}
     if previous is not None:
         thresholds["previously shipped"] = previous
@@ -160,7 +162,7 @@ def write_rethresholded(out: Path, totals: dict, rule: str, folder: Path) -> Pat
     import halluprobe
     from halluprobe.training._rethreshold import rethreshold
 
-    probs, labels, supported_done, all_done = validation(out, totals)
+    probs, labels, supported_done, all_done = validation(_read(out), totals)
     if not (all_done or (supported_done and rule.startswith("false-alarm@"))):
         raise SystemExit(f"--write: the validation answers that {rule} reads are not all scored yet")
     return rethreshold(halluprobe.load(), probs, labels, rule).save(folder)

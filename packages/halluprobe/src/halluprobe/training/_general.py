@@ -349,7 +349,7 @@ def fit_general_probe(
         ValueError: fewer than two sources, duplicate names, a split with one label, records that do
             not match their examples, an unknown feature set or threshold rule.
     """
-    from halluprobe.training._thresholds import check_threshold_rule
+    from halluprobe.training._thresholds import check_threshold_rule, rule_selection
 
     check_threshold_rule(threshold_rule)
     note = progress or (lambda msg: None)
@@ -376,14 +376,13 @@ def fit_general_probe(
         fit = anchor(fit, tr.records, tr.y, float(weight))
     a, b = calibrate(fit, va, threshold_rule)
     used = parse_feature_set(fs)
-    head, _, rate = threshold_rule.partition("@")
-    fit.selection = {
+    selection = {
         **fit.selection,
         **({"K": float(len(heads))} if "A7" in used else {}),
         **({"k": float(k)} if "A64" in used else {}),
         "loso_auroc": float(means[chosen]),
         "calibration_slope": a,
         "calibration_intercept": b,
-        **({"threshold_false_alarm_rate": float(rate)} if head == "false-alarm" else {}),
     }
+    fit.selection = rule_selection(selection, threshold_rule)
     return GeneralProbe(fit, fit.feature_set, table, names, (a, b), chosen)

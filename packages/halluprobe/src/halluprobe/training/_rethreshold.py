@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from halluprobe.training._calibration import transfer_threshold
-from halluprobe.training._thresholds import check_threshold_rule
+from halluprobe.training._thresholds import check_threshold_rule, rule_selection
 
 __all__ = ["rethreshold"]
 
@@ -41,9 +41,5 @@ def rethreshold(
         raise ValueError("rethreshold needs one label per probability, for the same sources")
     out = copy.deepcopy(detector)
     out.probe_.threshold = float(transfer_threshold(probs, labels, rule))
-    selection = {k: v for k, v in out.probe_.selection.items() if k != "threshold_false_alarm_rate"}
-    head, _, rate = rule.partition("@")
-    if head == "false-alarm":
-        selection["threshold_false_alarm_rate"] = float(rate)
-    out.probe_.selection = selection
+    out.probe_.selection = rule_selection(out.probe_.selection, rule)
     return out

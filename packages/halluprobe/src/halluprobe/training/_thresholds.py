@@ -17,6 +17,7 @@ __all__ = [
     "check_threshold_rule",
     "expected_f1_threshold",
     "false_alarm_threshold",
+    "rule_selection",
 ]
 
 THRESHOLD_RULES = ("mean-f1", "calibrated-0.5", "false-alarm@R")
@@ -95,6 +96,18 @@ def expected_f1_threshold(probs: np.ndarray) -> float:
     desc = np.sort(p)[::-1]
     expected = 2 * np.cumsum(desc) / (np.arange(1, p.size + 1) + total)  # [n]: flag the top k = 1..n
     return float(desc[int(np.argmax(expected))])
+
+
+def rule_selection(selection: Mapping[str, float], rule: str) -> dict[str, float]:
+    """``selection`` recording the threshold ``rule`` as a general fit's selection records it.
+
+    ``false-alarm@R`` adds ``threshold_false_alarm_rate`` (last); the other rules leave no such key.
+    """
+    out = {k: float(v) for k, v in selection.items() if k != "threshold_false_alarm_rate"}
+    head, _, rate = check_threshold_rule(rule).partition("@")
+    if head == "false-alarm":
+        out["threshold_false_alarm_rate"] = float(rate)
+    return out
 
 
 def batch_threshold(probs: Any, default: float) -> float:
